@@ -1,0 +1,23 @@
+//! The pure coordination core: fencing token, record format, role partition,
+//! role state and succession rules.
+//!
+//! Nothing here does I/O, reads a clock or draws a random number; time is an
+//! argument (`now_ms`), so every rule is tested with explicit instants.
+
+mod partition;
+mod record;
+mod state;
+mod succession;
+mod token;
+
+pub use partition::{PartitionError, murmur2, role_partition, to_positive};
+pub use record::{
+    EncodeError, FormatError, Key, KeyKind, Lease, MAX_STRING_LEN, Part, Registration, decode_key,
+    decode_lease, decode_registration, encode_key, encode_lease, encode_registration, is_tombstone,
+};
+pub use state::{Change, LogRecord, Malformed, Member, RoleState};
+pub use succession::{Decision, SuccessionConfig, challenge_at, evaluate};
+pub use token::{FencingToken, TokenError, TokenPart};
+
+#[cfg(test)]
+mod vectors;

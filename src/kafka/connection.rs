@@ -1,0 +1,528 @@
+//! One connection to one broker: length-prefixed frames, correlation ids and
+//! pipelining.
+//!
+//! A writer task sends whole frames in order; a reader task routes each
+//! response to the caller waiting on its correlation id. When either side
+//! fails the connection is poisoned: every request in flight fails at once
+//! with the same error and later calls fail fast, so the caller reconnects.
+//! A request that times out also poisons the connection, as Kafka's Java
+//! client does: a silent broker is a dead connection.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::error::KafkaError;
+use super::versions::{Versions, api_name};
+
+/// Settings of one connection.
+#[derive(Clone, Debug)]
+pub(crate) struct ConnSettings {
+    pub(crate) client_id: Arc<str>,
+    pub(crate) max_frame_bytes: usize,
+}
+
+type Reply = oneshot::Sender<Result<Bytes, KafkaError>>;
+
+enum Pending {
+    Open(HashMap<i32, Reply>),
+    Poisoned(KafkaError),
+}
+
+struct Shared {
+    addr: String,
+    pending: Mutex<Pending>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        // A poisoned std mutex only means a panic elsewhere; the map is
+        // still consistent, so keep going.
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Fails every request in flight and every later one with `err`.
+    fn poison(&self, err: KafkaError) {
+        let previous = std::mem::replace(&mut *self.lock(), Pending::Poisoned(err.clone()));
+        if let Pending::Open(waiters) = previous {
+            if !waiters.is_empty() {
+                tracing::debug!(addr = %self.addr, in_flight = waiters.len(), error = %err, "connection poisoned");
+            }
+            for (_, reply) in waiters {
+                let _ = reply.send(Err(err.clone()));
+            }
+        }
+    }
+
+    fn closed(&self, reason: impl Into<String>) -> KafkaError {
+        KafkaError::ConnectionClosed {
+            addr: self.addr.clone(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Removes a waiter when its caller gives up (timeout or drop).
+struct Waiter<'a> {
+    shared: &'a Shared,
+    id: i32,
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        if let Pending::Open(map) = &mut *self.shared.lock() {
+            map.remove(&self.id);
+        }
+    }
+}
+
+/// A live connection to one broker.
+pub(crate) struct Connection {
+    shared: Arc<Shared>,
+    frames: mpsc::Sender<Bytes>,
+    next_id: AtomicI32,
+    settings: ConnSettings,
+    versions: Versions,
+    tasks: [JoinHandle<()>; 2],
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("addr", &self.shared.addr)
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Connection {
+    /// Starts the reader and writer tasks over an open stream. Versions are
+    /// negotiated separately with [`Connection::negotiate`].
+    pub(crate) fn start<S>(stream: S, addr: &str, settings: ConnSettings) -> Connection
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (read, write) = tokio::io::split(stream);
+        let shared = Arc::new(Shared {
+            addr: addr.to_owned(),
+            pending: Mutex::new(Pending::Open(HashMap::new())),
+        });
+        let (frames, rx) = mpsc::channel(256);
+        let reader = tokio::spawn(read_loop(read, shared.clone(), settings.max_frame_bytes));
+        let writer = tokio::spawn(write_loop(write, rx, shared.clone()));
+        Connection {
+            shared,
+            frames,
+            next_id: AtomicI32::new(0),
+            settings,
+            versions: Versions::default(),
+            tasks: [reader, writer],
+        }
+    }
+
+    /// Asks the broker which versions it speaks and fixes ours.
+    pub(crate) async fn negotiate(&mut self, timeout: Duration) -> Result<(), KafkaError> {
+        let request = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("krabka-authority"))
+            .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+        let mut response: ApiVersionsResponse = self.send(&request, 3, timeout).await?;
+        if response.error_code == 35 {
+            // UNSUPPORTED_VERSION: the broker answered in v0 with its range.
+            response = self
+                .send(&ApiVersionsRequest::default(), 0, timeout)
+                .await?;
+        }
+        if response.error_code != 0 {
+            return Err(KafkaError::broker("ApiVersions", response.error_code, None));
+        }
+        self.versions = Versions::negotiate(
+            response
+                .api_keys
+                .iter()
+                .map(|k| (k.api_key, k.min_version, k.max_version)),
+        );
+        Ok(())
+    }
+
+    /// Uses fixed versions instead of asking (tests with a scripted broker).
+    #[cfg(test)]
+    pub(crate) fn with_versions(mut self, versions: Versions) -> Connection {
+        self.versions = versions;
+        self
+    }
+
+    /// The broker address.
+    pub(crate) fn addr(&self) -> &str {
+        &self.shared.addr
+    }
+
+    /// True once the connection failed; a new one must be opened.
+    pub(crate) fn is_closed(&self) -> bool {
+        matches!(*self.shared.lock(), Pending::Poisoned(_)) || self.frames.is_closed()
+    }
+
+    /// The version to send `api` with on this connection.
+    pub(crate) fn version(&self, api: ApiKey) -> Result<i16, KafkaError> {
+        self.versions.get(api, &self.shared.addr)
+    }
+
+    /// Sends `request` at the negotiated version and waits for its response.
+    pub(crate) async fn call<R>(
+        &self,
+        request: &R,
+        timeout: Duration,
+    ) -> Result<(R::Response, i16), KafkaError>
+    where
+        R: Request,
+    {
+        let api = ApiKey::try_from(R::KEY)
+            .map_err(|_| KafkaError::Invalid(format!("unknown API key {}", R::KEY)))?;
+        let version = self.version(api)?;
+        let response = self.send(request, version, timeout).await?;
+        Ok((response, version))
+    }
+
+    /// Sends `request` at `version` and waits for its response.
+    pub(crate) async fn send<R>(
+        &self,
+        request: &R,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<R::Response, KafkaError>
+    where
+        R: Request,
+    {
+        let api = api_name(R::KEY);
+        let addr = &self.shared.addr;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
+        let frame = self.encode(request, version, id)?;
+
+        let (tx, rx) = oneshot::channel();
+        match &mut *self.shared.lock() {
+            Pending::Poisoned(err) => return Err(err.clone()),
+            Pending::Open(map) => {
+                map.insert(id, tx);
+            }
+        }
+        let _waiter = Waiter {
+            shared: &self.shared,
+            id,
+        };
+        if self.frames.send(frame).await.is_err() {
+            return Err(self.shared.closed("writer stopped"));
+        }
+        let mut body = match tokio::time::timeout(timeout, rx).await {
+            Err(_) => {
+                let err = KafkaError::Timeout {
+                    api,
+                    addr: addr.clone(),
+                    after: timeout,
+                };
+                self.shared.poison(err.clone());
+                return Err(err);
+            }
+            Ok(Err(_)) => return Err(self.shared.closed("reader stopped")),
+            Ok(Ok(result)) => result?,
+        };
+        let protocol = |e: String| KafkaError::Protocol {
+            addr: addr.clone(),
+            reason: format!("cannot decode {api} v{version} response: {e}"),
+        };
+        ResponseHeader::decode(&mut body, R::Response::header_version(version))
+            .map_err(|e| protocol(format!("{e:#}")))?;
+        R::Response::decode(&mut body, version).map_err(|e| protocol(format!("{e:#}")))
+    }
+
+    fn encode<R: Request>(&self, request: &R, version: i16, id: i32) -> Result<Bytes, KafkaError> {
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(id)
+            .with_client_id(Some(StrBytes::from_string(
+                self.settings.client_id.to_string(),
+            )));
+        let mut buf = BytesMut::with_capacity(64);
+        buf.put_i32(0);
+        let invalid = |e: String| {
+            KafkaError::Invalid(format!(
+                "cannot encode {} v{version}: {e}",
+                api_name(R::KEY)
+            ))
+        };
+        header
+            .encode(&mut buf, R::header_version(version))
+            .map_err(|e| invalid(format!("{e:#}")))?;
+        request
+            .encode(&mut buf, version)
+            .map_err(|e| invalid(format!("{e:#}")))?;
+        let len = buf.len() - 4;
+        if len > self.settings.max_frame_bytes {
+            return Err(KafkaError::Invalid(format!(
+                "a {} request of {len} bytes exceeds the maximum frame of {} bytes",
+                api_name(R::KEY),
+                self.settings.max_frame_bytes
+            )));
+        }
+        let size = i32::try_from(len)
+            .map_err(|_| KafkaError::Invalid(format!("request of {len} bytes")))?;
+        buf[..4].copy_from_slice(&size.to_be_bytes());
+        Ok(buf.freeze())
+    }
+}
+
+async fn read_loop<R>(mut read: R, shared: Arc<Shared>, max_frame: usize)
+where
+    R: AsyncRead + Unpin,
+{
+    let err = loop {
+        let size = match read.read_i32().await {
+            Ok(size) => size,
+            Err(e) => break shared.closed(format!("read failed: {e}")),
+        };
+        if size < 4 || size as usize > max_frame {
+            break KafkaError::FrameTooLarge {
+                addr: shared.addr.clone(),
+                size: i64::from(size),
+                max: max_frame,
+            };
+        }
+        let mut body = BytesMut::zeroed(size as usize);
+        if let Err(e) = read.read_exact(&mut body).await {
+            break shared.closed(format!("read failed: {e}"));
+        }
+        let body = body.freeze();
+        let id = (&body[..4]).get_i32();
+        let waiter = match &mut *shared.lock() {
+            Pending::Open(map) => map.remove(&id),
+            Pending::Poisoned(_) => return,
+        };
+        match waiter {
+            Some(reply) => {
+                let _ = reply.send(Ok(body));
+            }
+            None => tracing::trace!(addr = %shared.addr, id, "response for an abandoned request"),
+        }
+    };
+    shared.poison(err);
+}
+
+async fn write_loop<W>(mut write: W, mut frames: mpsc::Receiver<Bytes>, shared: Arc<Shared>)
+where
+    W: AsyncWrite + Unpin,
+{
+    while let Some(frame) = frames.recv().await {
+        let mut result = write.write_all(&frame).await;
+        if result.is_ok() && frames.is_empty() {
+            result = write.flush().await;
+        }
+        if let Err(e) = result {
+            shared.poison(shared.closed(format!("write failed: {e}")));
+            return;
+        }
+    }
+    let _ = write.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kafka::versions::Versions;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    use kafka_protocol::protocol::decode_request_header_from_buffer;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    const MAX: usize = 64 * 1024;
+
+    fn connection(stream: DuplexStream) -> Connection {
+        Connection::start(
+            stream,
+            "fake:9092",
+            ConnSettings {
+                client_id: "test".into(),
+                max_frame_bytes: MAX,
+            },
+        )
+        .with_versions(Versions::pinned_max())
+    }
+
+    /// Reads one request frame; returns (correlation id, api version).
+    async fn read_request(broker: &mut DuplexStream) -> (i32, i16) {
+        let size = broker.read_i32().await.expect("size");
+        let mut body = BytesMut::zeroed(size as usize);
+        broker.read_exact(&mut body).await.expect("body");
+        let mut body = body.freeze();
+        let header = decode_request_header_from_buffer(&mut body).expect("header");
+        (header.correlation_id, header.request_api_version)
+    }
+
+    /// Writes a Metadata response whose cluster id names `tag`.
+    async fn respond(broker: &mut DuplexStream, id: i32, version: i16, tag: &str) {
+        let response = MetadataResponse::default()
+            .with_cluster_id(Some(StrBytes::from_string(tag.to_owned())));
+        let mut buf = BytesMut::new();
+        ResponseHeader::default()
+            .with_correlation_id(id)
+            .encode(&mut buf, MetadataResponse::header_version(version))
+            .expect("header");
+        response.encode(&mut buf, version).expect("body");
+        broker.write_i32(buf.len() as i32).await.expect("size");
+        broker.write_all(&buf).await.expect("write");
+    }
+
+    fn tag(response: &MetadataResponse) -> String {
+        response
+            .cluster_id
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn pipelined_responses_reach_their_callers_in_any_order() {
+        let (client, mut broker) = tokio::io::duplex(MAX);
+        let conn = connection(client);
+        let timeout = Duration::from_secs(5);
+        let request = MetadataRequest::default();
+        let calls = futures::future::join3(
+            conn.call(&request, timeout),
+            conn.call(&request, timeout),
+            conn.call(&request, timeout),
+        );
+        let fake = async {
+            let mut seen = Vec::new();
+            for _ in 0..3 {
+                seen.push(read_request(&mut broker).await);
+            }
+            // All three are in flight on one connection; answer in reverse.
+            for (id, version) in seen.iter().rev() {
+                respond(&mut broker, *id, *version, &format!("c{id}")).await;
+            }
+            seen.iter().map(|(id, _)| *id).collect::<Vec<_>>()
+        };
+        let ((a, b, c), ids) = tokio::join!(calls, fake);
+        let got: Vec<String> = [a, b, c]
+            .into_iter()
+            .map(|r| tag(&r.expect("answered").0))
+            .collect();
+        let want: Vec<String> = ids.iter().map(|id| format!("c{id}")).collect();
+        assert_eq!(got, want);
+        assert!(!conn.is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_dropped_connection_fails_every_request_in_flight_at_once() {
+        let (client, mut broker) = tokio::io::duplex(MAX);
+        let conn = connection(client);
+        let timeout = Duration::from_secs(30);
+        let request = MetadataRequest::default();
+        let started = tokio::time::Instant::now();
+        let calls =
+            futures::future::join(conn.call(&request, timeout), conn.call(&request, timeout));
+        let fake = async {
+            read_request(&mut broker).await;
+            read_request(&mut broker).await;
+            drop(broker);
+        };
+        let ((a, b), ()) = tokio::join!(calls, fake);
+        for result in [a, b] {
+            match result {
+                Err(KafkaError::ConnectionClosed { addr, .. }) => assert_eq!(addr, "fake:9092"),
+                other => panic!("expected ConnectionClosed, got {other:?}"),
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "failed at once, not at the timeout"
+        );
+        assert!(conn.is_closed());
+        // Later calls fail fast too.
+        assert!(conn.call(&request, timeout).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn an_oversized_frame_is_rejected_and_poisons_the_connection() {
+        let (client, mut broker) = tokio::io::duplex(MAX);
+        let conn = connection(client);
+        let request = MetadataRequest::default();
+        let call = conn.call(&request, Duration::from_secs(5));
+        let fake = async {
+            read_request(&mut broker).await;
+            broker.write_i32(MAX as i32 + 1).await.expect("size");
+            broker
+        };
+        let (result, _broker) = tokio::join!(call, fake);
+        match result {
+            Err(KafkaError::FrameTooLarge { size, max, .. }) => {
+                assert_eq!(size, MAX as i64 + 1);
+                assert_eq!(max, MAX);
+            }
+            other => panic!("expected FrameTooLarge, got {other:?}"),
+        }
+        assert!(conn.is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_silent_broker_times_out_and_poisons_the_connection() {
+        let (client, mut broker) = tokio::io::duplex(MAX);
+        let conn = connection(client);
+        let request = MetadataRequest::default();
+        let call = conn.call(&request, Duration::from_millis(100));
+        let fake = async {
+            read_request(&mut broker).await;
+            broker
+        };
+        let (result, _broker) = tokio::join!(call, fake);
+        assert!(
+            matches!(
+                result,
+                Err(KafkaError::Timeout {
+                    api: "Metadata",
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
+        assert!(conn.is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_late_answer_to_an_abandoned_request_is_ignored() {
+        let (client, mut broker) = tokio::io::duplex(MAX);
+        let conn = connection(client);
+        let request = MetadataRequest::default();
+        // The first caller gives up before the answer (dropped future).
+        let first = conn.call(&request, Duration::from_secs(5));
+        let (id, version) = tokio::select! {
+            _ = first => panic!("no answer yet"),
+            seen = read_request(&mut broker) => seen,
+        };
+        let second = conn.call(&request, Duration::from_secs(5));
+        let fake = async {
+            let (id2, v2) = read_request(&mut broker).await;
+            respond(&mut broker, id, version, "stale").await;
+            respond(&mut broker, id2, v2, "fresh").await;
+        };
+        let (result, ()) = tokio::join!(second, fake);
+        assert_eq!(tag(&result.expect("answered").0), "fresh");
+    }
+}

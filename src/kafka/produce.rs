@@ -1,0 +1,175 @@
+//! Produce requests: plain appends (registrations) and the batch a
+//! transactional write sends. Every write is pinned to a partition and
+//! waits for acks=all.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ProduceRequest, TopicName, TransactionalId,
+    produce_request::{PartitionProduceData, TopicProduceData},
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+use super::client::KafkaClient;
+use super::error::KafkaError;
+
+const ACKS_ALL: i16 = -1;
+
+/// The producer fields of a batch: none for a plain append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProducerFields {
+    pub(crate) producer_id: i64,
+    pub(crate) producer_epoch: i16,
+    pub(crate) sequence: i32,
+    pub(crate) transactional: bool,
+}
+
+impl ProducerFields {
+    pub(crate) const NONE: ProducerFields = ProducerFields {
+        producer_id: -1,
+        producer_epoch: -1,
+        sequence: -1,
+        transactional: false,
+    };
+}
+
+/// One record to write.
+#[derive(Clone, Debug)]
+pub(crate) struct Write<'a> {
+    pub(crate) topic: &'a str,
+    pub(crate) partition: i32,
+    pub(crate) key: Bytes,
+    /// `None` writes a tombstone.
+    pub(crate) value: Option<Bytes>,
+    pub(crate) timestamp_ms: i64,
+}
+
+/// Encodes one record as a v2 batch.
+pub(crate) fn encode_batch(
+    write: &Write<'_>,
+    producer: ProducerFields,
+) -> Result<Bytes, KafkaError> {
+    let record = Record {
+        transactional: producer.transactional,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: producer.producer_id,
+        producer_epoch: producer.producer_epoch,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: producer.sequence,
+        timestamp: write.timestamp_ms,
+        key: Some(write.key.clone()),
+        value: write.value.clone(),
+        headers: Default::default(),
+    };
+    let mut buf = BytesMut::with_capacity(128);
+    RecordBatchEncoder::encode(
+        &mut buf,
+        [&record],
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .map_err(|e| KafkaError::Invalid(format!("cannot encode a record batch: {e:#}")))?;
+    Ok(buf.freeze())
+}
+
+impl KafkaClient {
+    /// Sends one produce request for a prepared batch to the partition's
+    /// leader; returns the base offset. No retries.
+    pub(crate) async fn produce_batch(
+        &self,
+        topic: &str,
+        partition: i32,
+        batch: Bytes,
+        transactional_id: Option<&str>,
+        timeout: Duration,
+    ) -> Result<i64, KafkaError> {
+        let leader = self.leader(topic, partition).await?;
+        let request = ProduceRequest::default()
+            .with_transactional_id(
+                transactional_id.map(|id| TransactionalId(StrBytes::from_string(id.to_owned()))),
+            )
+            .with_acks(ACKS_ALL)
+            .with_timeout_ms(i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX))
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                    .with_partition_data(vec![
+                        PartitionProduceData::default()
+                            .with_index(partition)
+                            .with_records(Some(batch)),
+                    ]),
+            ]);
+        let result = self.call_at(&leader.addr, &request, timeout).await;
+        let (response, _) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                if e.needs_metadata_refresh() {
+                    self.invalidate_topic(topic);
+                }
+                return Err(e);
+            }
+        };
+        let p = response
+            .responses
+            .iter()
+            .flat_map(|t| t.partition_responses.iter())
+            .find(|p| p.index == partition)
+            .ok_or_else(|| KafkaError::Protocol {
+                addr: leader.addr.clone(),
+                reason: format!("Produce answered nothing for {topic}-{partition}"),
+            })?;
+        match p.error_code {
+            0 => Ok(p.base_offset),
+            code => {
+                let err = KafkaError::broker(
+                    "Produce",
+                    code,
+                    p.error_message.as_ref().map(|m| m.to_string()),
+                );
+                if err.needs_metadata_refresh() {
+                    self.invalidate_topic(topic);
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Appends one record outside any transaction (a registration or its
+    /// tombstone) with acks=all; returns its offset. A retried append after
+    /// an ambiguous failure may be written twice, which the registration
+    /// rules tolerate (the later copy counts).
+    pub async fn append(
+        &self,
+        topic: &str,
+        partition: i32,
+        key: Bytes,
+        value: Option<Bytes>,
+        timestamp_ms: i64,
+    ) -> Result<i64, KafkaError> {
+        let write = Write {
+            topic,
+            partition,
+            key,
+            value,
+            timestamp_ms,
+        };
+        let batch = encode_batch(&write, ProducerFields::NONE)?;
+        self.retrying("append", |timeout| {
+            let batch = batch.clone();
+            async move {
+                self.produce_batch(topic, partition, batch, None, timeout)
+                    .await
+            }
+        })
+        .await
+    }
+}

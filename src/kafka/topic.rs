@@ -1,0 +1,233 @@
+//! The coordination topic: create it compacted when missing, read its
+//! partition count, and refuse one that is not compacted.
+
+use kafka_protocol::messages::{
+    CreateTopicsRequest, DescribeConfigsRequest, TopicName,
+    create_topics_request::{CreatableTopic, CreatableTopicConfig},
+    describe_configs_request::DescribeConfigsResource,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::client::KafkaClient;
+use super::error::KafkaError;
+
+const TOPIC_ALREADY_EXISTS: i16 = 36;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+
+/// How to create the coordination topic when it is missing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicSpec {
+    /// The partition count.
+    pub partitions: i32,
+    /// The replication factor; -1 takes the broker default.
+    pub replication_factor: i16,
+    /// Extra topic configs (`cleanup.policy=compact` is always set).
+    pub configs: Vec<(String, String)>,
+}
+
+impl Default for TopicSpec {
+    fn default() -> Self {
+        TopicSpec {
+            partitions: 16,
+            replication_factor: -1,
+            configs: Vec::new(),
+        }
+    }
+}
+
+fn topic_err(topic: &str, reason: impl Into<String>) -> KafkaError {
+    KafkaError::Topic {
+        topic: topic.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+impl KafkaClient {
+    /// The partition count of `topic` from fresh metadata; an error when the
+    /// topic does not exist.
+    pub async fn partition_count(&self, topic: &str) -> Result<i32, KafkaError> {
+        self.invalidate_topic(topic);
+        let meta = self.topic_metadata(topic).await?;
+        match meta.error {
+            0 if !meta.partitions.is_empty() => Ok(meta.partitions.len() as i32),
+            0 | UNKNOWN_TOPIC_OR_PARTITION => Err(topic_err(topic, "does not exist")),
+            code => Err(KafkaError::broker("Metadata", code, Some(topic.to_owned()))),
+        }
+    }
+
+    /// The topic's `cleanup.policy`.
+    pub async fn cleanup_policy(&self, topic: &str) -> Result<String, KafkaError> {
+        self.retrying("describe configs", |timeout| async move {
+            let conn = self.any_connection().await?;
+            let request = DescribeConfigsRequest::default().with_resources(vec![
+                DescribeConfigsResource::default()
+                    .with_resource_type(RESOURCE_TOPIC)
+                    .with_resource_name(StrBytes::from_string(topic.to_owned()))
+                    .with_configuration_keys(Some(vec![StrBytes::from_static_str(
+                        "cleanup.policy",
+                    )])),
+            ]);
+            let (response, _) = self.call(&conn, &request, timeout).await?;
+            let result = response
+                .results
+                .into_iter()
+                .next()
+                .ok_or_else(|| topic_err(topic, "DescribeConfigs answered nothing"))?;
+            if result.error_code != 0 {
+                return Err(KafkaError::broker(
+                    "DescribeConfigs",
+                    result.error_code,
+                    result.error_message.map(|m| m.to_string()),
+                ));
+            }
+            Ok(result
+                .configs
+                .iter()
+                .find(|c| c.name.as_str() == "cleanup.policy")
+                .and_then(|c| c.value.as_ref())
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "delete".to_owned()))
+        })
+        .await
+    }
+
+    /// One broker-level config value (e.g. `transaction.max.timeout.ms`),
+    /// asked of a broker about itself.
+    pub async fn broker_config(&self, key: &str) -> Result<Option<String>, KafkaError> {
+        if self.brokers().is_empty() {
+            self.refresh_metadata(&[]).await?;
+        }
+        let Some((id, addr)) = self.brokers().into_iter().min() else {
+            return Err(KafkaError::Invalid("no broker known".into()));
+        };
+        self.retrying("describe broker config", |timeout| {
+            let addr = addr.clone();
+            async move {
+                let request = DescribeConfigsRequest::default().with_resources(vec![
+                    DescribeConfigsResource::default()
+                        .with_resource_type(RESOURCE_BROKER)
+                        .with_resource_name(StrBytes::from_string(id.to_string()))
+                        .with_configuration_keys(Some(vec![StrBytes::from_string(key.to_owned())])),
+                ]);
+                let (response, _) = self.call_at(&addr, &request, timeout).await?;
+                let Some(result) = response.results.into_iter().next() else {
+                    return Ok(None);
+                };
+                if result.error_code != 0 {
+                    return Err(KafkaError::broker(
+                        "DescribeConfigs",
+                        result.error_code,
+                        result.error_message.map(|m| m.to_string()),
+                    ));
+                }
+                Ok(result
+                    .configs
+                    .iter()
+                    .find(|c| c.name.as_str() == key)
+                    .and_then(|c| c.value.as_ref())
+                    .map(|v| v.to_string()))
+            }
+        })
+        .await
+    }
+
+    /// Refuses a topic whose cleanup policy would delete records: retention
+    /// would forget registrations and leases, and with them the join order.
+    pub async fn check_compacted(&self, topic: &str) -> Result<(), KafkaError> {
+        let policy = self.cleanup_policy(topic).await?;
+        let parts: Vec<&str> = policy.split(',').map(str::trim).collect();
+        if parts.contains(&"compact") && !parts.contains(&"delete") {
+            Ok(())
+        } else {
+            Err(topic_err(
+                topic,
+                format!(
+                    "has cleanup.policy={policy}; it must be compact (set cleanup.policy=compact)"
+                ),
+            ))
+        }
+    }
+
+    /// Creates `topic` compacted when it is missing, then checks that it is
+    /// compacted and returns its partition count.
+    pub async fn ensure_topic(&self, topic: &str, spec: &TopicSpec) -> Result<i32, KafkaError> {
+        match self.partition_count(topic).await {
+            Ok(_) => {}
+            Err(KafkaError::Topic { .. }) => self.create_topic(topic, spec).await?,
+            Err(e) => return Err(e),
+        }
+        self.check_compacted(topic).await?;
+        // A new topic's metadata shows up a moment after creation.
+        self.retrying("topic metadata", |_| async move {
+            match self.partition_count(topic).await {
+                Err(KafkaError::Topic { .. }) => Err(KafkaError::broker(
+                    "Metadata",
+                    UNKNOWN_TOPIC_OR_PARTITION,
+                    None,
+                )),
+                other => other,
+            }
+        })
+        .await
+    }
+
+    async fn create_topic(&self, topic: &str, spec: &TopicSpec) -> Result<(), KafkaError> {
+        let mut configs = vec![("cleanup.policy".to_owned(), "compact".to_owned())];
+        configs.extend(
+            spec.configs
+                .iter()
+                .filter(|(k, _)| k != "cleanup.policy")
+                .cloned(),
+        );
+        self.retrying("create topic", |timeout| {
+            let configs = configs.clone();
+            async move {
+                let conn = self.any_connection().await?;
+                let request = CreateTopicsRequest::default()
+                    .with_timeout_ms(i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX))
+                    .with_topics(vec![
+                        CreatableTopic::default()
+                            .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                            .with_num_partitions(spec.partitions)
+                            .with_replication_factor(spec.replication_factor)
+                            .with_configs(
+                                configs
+                                    .into_iter()
+                                    .map(|(k, v)| {
+                                        CreatableTopicConfig::default()
+                                            .with_name(StrBytes::from_string(k))
+                                            .with_value(Some(StrBytes::from_string(v)))
+                                    })
+                                    .collect(),
+                            ),
+                    ]);
+                let (response, _) = self.call(&conn, &request, timeout).await?;
+                let result = response
+                    .topics
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| topic_err(topic, "CreateTopics answered nothing"))?;
+                match result.error_code {
+                    0 | TOPIC_ALREADY_EXISTS => {
+                        tracing::info!(
+                            topic,
+                            partitions = spec.partitions,
+                            "created the coordination topic"
+                        );
+                        Ok(())
+                    }
+                    code => Err(KafkaError::broker(
+                        "CreateTopics",
+                        code,
+                        result.error_message.map(|m| m.to_string()),
+                    )),
+                }
+            }
+        })
+        .await?;
+        self.invalidate_topic(topic);
+        Ok(())
+    }
+}

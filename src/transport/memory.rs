@@ -1,0 +1,348 @@
+//! An in-memory cluster with Kafka's fencing semantics, for unit tests of
+//! the rules. It never replaces the broker tests of the same behaviour.
+//!
+//! Each [`MemoryTransport`] is one member's producer: it can write only under
+//! a token it minted, and only while that token is the coordinator's current
+//! one, as a broker would check.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::{
+    Coordinator, LeaseWriter, Registrar, StateReader, Transport, TransportError, TransportResult,
+};
+use crate::coordination::{
+    FencingToken, Key, Lease, LogRecord, Registration, decode_key, encode_key, encode_lease,
+    encode_registration, role_partition,
+};
+
+/// Epochs at or above this are exhausted; the next mint rotates the producer
+/// id (Kafka's `isEpochExhausted`).
+const EXHAUSTED_EPOCH: i16 = 32766;
+
+#[derive(Debug, Default)]
+struct ClusterState {
+    partitions: i32,
+    logs: HashMap<i32, Vec<LogRecord>>,
+    current: HashMap<String, FencingToken>,
+    next_producer_id: i64,
+    unavailable: Option<String>,
+    max_transaction_timeout: Duration,
+}
+
+/// A shared simulated cluster.
+#[derive(Clone, Debug)]
+pub struct MemoryCluster {
+    state: Arc<Mutex<ClusterState>>,
+}
+
+impl MemoryCluster {
+    /// A cluster whose coordination topic has `partitions` partitions.
+    pub fn new(partitions: i32) -> MemoryCluster {
+        MemoryCluster {
+            state: Arc::new(Mutex::new(ClusterState {
+                partitions,
+                next_producer_id: 1000,
+                max_transaction_timeout: Duration::from_secs(900),
+                ..ClusterState::default()
+            })),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ClusterState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A new member's producer on this cluster.
+    pub fn transport(&self) -> MemoryTransport {
+        MemoryTransport {
+            cluster: self.clone(),
+            minted: Arc::default(),
+        }
+    }
+
+    /// Fences the current holder of `role` as a transaction timeout would:
+    /// the epoch moves without any member asking.
+    pub fn fence(&self, role: &str) -> Option<FencingToken> {
+        let mut state = self.lock();
+        let current = state.current.get(role).copied();
+        let next = current.map(|t| bump(t, &mut state.next_producer_id));
+        if let Some(token) = next {
+            state.current.insert(role.to_owned(), token);
+        }
+        next
+    }
+
+    /// Makes every call fail with `reason` until set back to `None`.
+    pub fn set_unavailable(&self, reason: Option<&str>) {
+        self.lock().unavailable = reason.map(str::to_owned);
+    }
+
+    /// Sets the cluster's `transaction.max.timeout.ms`.
+    pub fn set_max_transaction_timeout(&self, max: Duration) {
+        self.lock().max_transaction_timeout = max;
+    }
+
+    /// Every record of a partition, in offset order.
+    pub fn log(&self, partition: i32) -> Vec<LogRecord> {
+        self.lock()
+            .logs
+            .get(&partition)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The coordinator's current token of `role`.
+    pub fn current(&self, role: &str) -> Option<FencingToken> {
+        self.lock().current.get(role).copied()
+    }
+}
+
+fn bump(token: FencingToken, next_producer_id: &mut i64) -> FencingToken {
+    if token.producer_epoch() >= EXHAUSTED_EPOCH {
+        let id = *next_producer_id;
+        *next_producer_id += 1;
+        FencingToken::new(id, 0).unwrap_or(token)
+    } else {
+        FencingToken::new(token.producer_id(), token.producer_epoch() + 1).unwrap_or(token)
+    }
+}
+
+impl ClusterState {
+    fn check(&self) -> TransportResult<()> {
+        match &self.unavailable {
+            Some(reason) => Err(TransportError::Unavailable(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn append(&mut self, role: &str, key: &Key, value: Option<Vec<u8>>) -> TransportResult<i64> {
+        let partition = role_partition(role, self.partitions)?;
+        let log = self.logs.entry(partition).or_default();
+        let offset = log.len() as i64;
+        log.push(LogRecord {
+            offset,
+            key: Bytes::from(encode_key(key)?),
+            value: value.map(Bytes::from),
+        });
+        Ok(offset)
+    }
+}
+
+/// One member's producer on a [`MemoryCluster`].
+#[derive(Clone, Debug)]
+pub struct MemoryTransport {
+    cluster: MemoryCluster,
+    minted: Arc<Mutex<HashMap<String, FencingToken>>>,
+}
+
+impl MemoryTransport {
+    fn guarded_write(
+        &self,
+        role: &str,
+        token: FencingToken,
+        value: Option<Vec<u8>>,
+    ) -> TransportResult<i64> {
+        let minted = self
+            .minted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(role)
+            .copied();
+        if minted != Some(token) {
+            return Err(TransportError::NotMinted {
+                role: role.to_owned(),
+                token,
+            });
+        }
+        let mut state = self.cluster.lock();
+        state.check()?;
+        if state.current.get(role) != Some(&token) {
+            return Err(TransportError::Fenced {
+                role: role.to_owned(),
+                token,
+                reason: "PRODUCER_FENCED (code 90)".into(),
+            });
+        }
+        state.append(role, &Key::lease(role), value)
+    }
+}
+
+impl Coordinator for MemoryTransport {
+    async fn acquire_epoch(
+        &self,
+        role: &str,
+        lease_duration: Duration,
+    ) -> TransportResult<FencingToken> {
+        let mut state = self.cluster.lock();
+        state.check()?;
+        if lease_duration.is_zero() || lease_duration > state.max_transaction_timeout {
+            return Err(TransportError::Unavailable(format!(
+                "INVALID_TRANSACTION_TIMEOUT (code 50): {lease_duration:?}"
+            )));
+        }
+        let token = match state.current.get(role).copied() {
+            Some(current) => bump(current, &mut state.next_producer_id),
+            None => {
+                let id = state.next_producer_id;
+                state.next_producer_id += 1;
+                FencingToken::new(id, 0).map_err(|e| TransportError::Unavailable(e.to_string()))?
+            }
+        };
+        state.current.insert(role.to_owned(), token);
+        drop(state);
+        self.minted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(role.to_owned(), token);
+        Ok(token)
+    }
+
+    async fn describe(&self, role: &str) -> TransportResult<Option<FencingToken>> {
+        let state = self.cluster.lock();
+        state.check()?;
+        Ok(state.current.get(role).copied())
+    }
+
+    async fn max_transaction_timeout(&self) -> TransportResult<Option<Duration>> {
+        Ok(Some(self.cluster.lock().max_transaction_timeout))
+    }
+}
+
+impl StateReader for MemoryTransport {
+    fn partitions(&self) -> i32 {
+        self.cluster.lock().partitions
+    }
+
+    async fn read_role_records(&self, role: &str) -> TransportResult<Vec<LogRecord>> {
+        let state = self.cluster.lock();
+        state.check()?;
+        let partition = role_partition(role, state.partitions)?;
+        Ok(state
+            .logs
+            .get(&partition)
+            .map(|log| {
+                log.iter()
+                    .filter(|r| decode_key(&r.key).map_or(true, |k| k.role == role))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+}
+
+impl Registrar for MemoryTransport {
+    async fn register(
+        &self,
+        role: &str,
+        member: &str,
+        registered_at_ms: i64,
+    ) -> TransportResult<i64> {
+        let value = encode_registration(&Registration {
+            member: member.to_owned(),
+            registered_at: registered_at_ms,
+        })?;
+        let mut state = self.cluster.lock();
+        state.check()?;
+        state.append(role, &Key::registration(role, member), Some(value))
+    }
+
+    async fn deregister(&self, role: &str, member: &str) -> TransportResult<i64> {
+        let mut state = self.cluster.lock();
+        state.check()?;
+        state.append(role, &Key::registration(role, member), None)
+    }
+}
+
+impl LeaseWriter for MemoryTransport {
+    async fn write_lease(
+        &self,
+        role: &str,
+        token: FencingToken,
+        lease: &Lease,
+    ) -> TransportResult<i64> {
+        let value = encode_lease(lease)?;
+        self.guarded_write(role, token, Some(value))
+    }
+
+    async fn clear_lease(&self, role: &str, token: FencingToken) -> TransportResult<i64> {
+        self.guarded_write(role, token, None)
+    }
+}
+
+impl Transport for MemoryTransport {
+    async fn close(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordination::RoleState;
+
+    fn lease(member: &str, token: FencingToken) -> Lease {
+        Lease {
+            member: member.into(),
+            token,
+            granted_at: 0,
+            deadline: 1,
+        }
+    }
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    #[tokio::test]
+    async fn a_second_mint_fences_the_first_writer() {
+        let cluster = MemoryCluster::new(4);
+        let (a, b) = (cluster.transport(), cluster.transport());
+        assert_eq!(a.describe("r").await, Ok(None));
+        let ta = a.acquire_epoch("r", LEASE).await.unwrap();
+        assert_eq!(a.describe("r").await, Ok(Some(ta)));
+        a.write_lease("r", ta, &lease("a", ta)).await.unwrap();
+        let tb = b.acquire_epoch("r", LEASE).await.unwrap();
+        assert!(tb.supersedes(&ta));
+        assert!(
+            a.write_lease("r", ta, &lease("a", ta))
+                .await
+                .unwrap_err()
+                .is_fenced()
+        );
+        // b cannot write under a's token: it never minted it.
+        assert!(matches!(
+            b.write_lease("r", ta, &lease("b", ta)).await,
+            Err(TransportError::NotMinted { .. })
+        ));
+        b.write_lease("r", tb, &lease("b", tb)).await.unwrap();
+        let state = RoleState::from_records("r", &b.read_role_records("r").await.unwrap());
+        assert_eq!(state.lease().unwrap().member, "b");
+    }
+
+    #[tokio::test]
+    async fn an_exhausted_epoch_rotates_the_producer_id() {
+        let cluster = MemoryCluster::new(1);
+        let t = cluster.transport();
+        let first = t.acquire_epoch("r", LEASE).await.unwrap();
+        let mut last = first;
+        for _ in 0..=EXHAUSTED_EPOCH {
+            let next = t.acquire_epoch("r", LEASE).await.unwrap();
+            assert!(next.supersedes(&last));
+            last = next;
+        }
+        // (id, 32766) was exhausted: the next mint is a fresh id at epoch 0.
+        assert_eq!(last.producer_epoch(), 0);
+        assert!(last.producer_id() > first.producer_id());
+    }
+
+    #[tokio::test]
+    async fn a_timeout_above_the_cluster_maximum_is_refused() {
+        let cluster = MemoryCluster::new(1);
+        cluster.set_max_transaction_timeout(Duration::from_secs(10));
+        let t = cluster.transport();
+        assert!(t.acquire_epoch("r", Duration::from_secs(11)).await.is_err());
+        assert!(t.acquire_epoch("r", Duration::from_secs(10)).await.is_ok());
+    }
+}

@@ -1,0 +1,167 @@
+//! Shared helpers: the broker under test, unique names, clients.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use krabka_authority::kafka::{
+    ClientConfig, KafkaClient, KafkaTransport, TopicSpec, TransportConfig,
+};
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `scripts/kafka` with `args`; returns stdout, panics with stderr.
+pub fn kafka_script(args: &[&str]) -> String {
+    let out = Command::new(repo().join("scripts/kafka"))
+        .args(args)
+        .output()
+        .expect("scripts/kafka runs");
+    assert!(
+        out.status.success(),
+        "scripts/kafka {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_owned()
+}
+
+/// The shared broker: `KRABKA_TEST_BOOTSTRAP`, or one started (and left
+/// running) under the instance name `test-auto`.
+pub fn bootstrap() -> String {
+    static ADDR: OnceLock<String> = OnceLock::new();
+    ADDR.get_or_init(|| match std::env::var("KRABKA_TEST_BOOTSTRAP") {
+        Ok(addr) if !addr.is_empty() => addr,
+        _ => {
+            eprintln!("KRABKA_TEST_BOOTSTRAP is not set; starting scripts/kafka --name test-auto");
+            kafka_script(&["start", "--name", "test-auto"])
+        }
+    })
+    .clone()
+}
+
+/// A unique name for a role or topic of one test.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{prefix}-{}-{n}-{nanos:x}", std::process::id())
+}
+
+/// Client settings with short timeouts for tests.
+pub fn config_for(bootstrap: &str) -> ClientConfig {
+    let mut config = ClientConfig::new([bootstrap]);
+    config.client_id = "krabka-test".into();
+    config.request_timeout = Duration::from_secs(5);
+    config.operation_timeout = Duration::from_secs(20);
+    config
+}
+
+/// A client of the shared broker.
+pub fn client() -> KafkaClient {
+    KafkaClient::new(config_for(&bootstrap())).expect("client")
+}
+
+/// A fresh compacted topic of `partitions` for one test.
+pub async fn topic(partitions: i32) -> String {
+    let name = unique("krabka-test");
+    let spec = TopicSpec {
+        partitions,
+        replication_factor: 1,
+        configs: Vec::new(),
+    };
+    client()
+        .ensure_topic(&name, &spec)
+        .await
+        .expect("topic created");
+    name
+}
+
+/// A transport on `topic` with its own client (its own producers).
+pub async fn transport(topic: &str) -> KafkaTransport {
+    KafkaTransport::connect(
+        client(),
+        TransportConfig {
+            topic: topic.to_owned(),
+            partitions: None,
+            create: None,
+        },
+    )
+    .await
+    .expect("transport connects")
+}
+
+/// A role name that lands in `partition` of a topic of `partitions`.
+pub fn role_in(partition: i32, partitions: i32, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|r| krabka_authority::coordination::role_partition(r, partitions) == Ok(partition))
+        .expect("some role hashes there")
+}
+
+/// A broker instance of one test (for stopping, killing, restarting).
+#[allow(dead_code)]
+pub struct OwnBroker {
+    pub name: String,
+    pub addr: String,
+}
+
+#[allow(dead_code)]
+impl OwnBroker {
+    pub fn start(prefix: &str, extra: &[&str]) -> OwnBroker {
+        let name = unique(prefix);
+        let mut args = vec!["start", "--name", &name];
+        args.extend_from_slice(extra);
+        let addr = kafka_script(&args);
+        OwnBroker { name, addr }
+    }
+
+    pub fn stop(&self) {
+        kafka_script(&["stop", "--name", &self.name]);
+    }
+
+    pub fn kill(&self) {
+        kafka_script(&["stop", "--kill", "--name", &self.name]);
+    }
+
+    pub fn restart(&self) {
+        let addr = kafka_script(&["start", "--keep-data", "--name", &self.name]);
+        assert_eq!(addr, self.addr, "restarted on the same port");
+    }
+}
+
+impl Drop for OwnBroker {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("scripts/kafka"))
+            .args(["stop", "--name", &self.name])
+            .output();
+    }
+}
+
+/// Polls `check` every 50 ms until it gives a value; panics after 10 s.
+pub async fn eventually<T, F, Fut>(mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,13 @@
+//! Integration tests against a real Apache Kafka broker (one test binary).
+//!
+//! Run with `scripts/test`, which starts a broker and sets
+//! `KRABKA_TEST_BOOTSTRAP`; without it the tests start one themselves.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stderr,
+    unreachable_pub
+)]
+
+mod common;
+mod kafka_transport;
