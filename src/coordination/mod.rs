@@ -16,7 +16,7 @@ pub use record::{
     decode_lease, decode_registration, encode_key, encode_lease, encode_registration, is_tombstone,
 };
 pub use state::{Change, LogRecord, Malformed, Member, RoleState};
-pub use succession::{Decision, SuccessionConfig, challenge_at, evaluate};
+pub use succession::{Decision, SuccessionConfig, challenge_at, challenge_rank, evaluate};
 pub use token::{FencingToken, TokenError, TokenPart};
 
 #[cfg(test)]

@@ -51,6 +51,20 @@ pub enum Decision {
     Challenge,
 }
 
+/// The position of `member` among the registered members other than the
+/// lease holder: 0 challenges first.
+pub fn challenge_rank(state: &RoleState, member: &str) -> Option<usize> {
+    let holder = state.lease().map(|l| l.member.as_str());
+    if holder == Some(member) {
+        return None;
+    }
+    state
+        .members()
+        .iter()
+        .filter(|m| Some(m.member.as_str()) != holder)
+        .position(|m| m.member == member)
+}
+
 /// The instant at which `member` may challenge, or `None` when it holds the
 /// lease or is not registered.
 ///
@@ -58,15 +72,7 @@ pub enum Decision {
 /// other than the holder) challenges at `deadline + n × stagger`; with no
 /// lease, at `vacant_since + n × stagger`.
 pub fn challenge_at(state: &RoleState, member: &str, stagger_ms: i64) -> Option<i64> {
-    let holder = state.lease().map(|l| l.member.as_str());
-    if holder == Some(member) {
-        return None;
-    }
-    let rank = state
-        .members()
-        .iter()
-        .filter(|m| Some(m.member.as_str()) != holder)
-        .position(|m| m.member == member)?;
+    let rank = challenge_rank(state, member)?;
     let base = match state.lease() {
         Some(lease) => lease.deadline,
         None => state.vacant_since()?,

@@ -24,6 +24,6 @@ pub use describe::{Described, TransactionDescription};
 pub use error::{FENCED_CODES, KafkaError, TRANSACTIONAL_ID_NOT_FOUND, is_retriable_code};
 pub use fetch::{EARLIEST, FetchChunk, LATEST, PartitionRead};
 pub use topic::TopicSpec;
-pub use transport::{DEFAULT_TOPIC, KafkaTransport, TransportConfig};
+pub use transport::{DEFAULT_TOPIC, GuardedRecord, KafkaTransport, TransportConfig};
 pub use txn::{ProducerSession, Transaction, TxnError};
 pub use versions::api_name;

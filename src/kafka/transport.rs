@@ -51,6 +51,21 @@ impl Default for TransportConfig {
     }
 }
 
+/// One record of a guarded write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuardedRecord {
+    /// The topic to write to.
+    pub topic: String,
+    /// The partition to write to.
+    pub partition: i32,
+    /// The record key.
+    pub key: Bytes,
+    /// The value; `None` writes a tombstone.
+    pub value: Option<Bytes>,
+    /// The record timestamp (epoch ms).
+    pub timestamp_ms: i64,
+}
+
 /// A partition folded to its latest record per key, as compaction would
 /// leave it; lets repeated reads fetch only what is new.
 #[derive(Debug, Default)]
@@ -142,8 +157,32 @@ impl KafkaTransport {
         value: Option<Bytes>,
         timestamp_ms: i64,
     ) -> TransportResult<i64> {
-        let partition = self.partition(role)?;
-        let key = Bytes::from(encode_key(&Key::lease(role))?);
+        let record = GuardedRecord {
+            topic: self.topic.clone(),
+            partition: self.partition(role)?,
+            key: Bytes::from(encode_key(&Key::lease(role))?),
+            value,
+            timestamp_ms,
+        };
+        let offsets = self
+            .write_guarded(role, token, std::slice::from_ref(&record))
+            .await?;
+        offsets
+            .first()
+            .copied()
+            .ok_or_else(|| TransportError::Unavailable("no offset".into()))
+    }
+
+    /// Writes `records` (to any topics) in one transaction under the token
+    /// this transport minted for `role`: the holder's guarded writes. The
+    /// broker rejects them with [`TransportError::Fenced`] once a later
+    /// member holds the role, so a deposed holder cannot write.
+    pub async fn write_guarded(
+        &self,
+        role: &str,
+        token: FencingToken,
+        records: &[GuardedRecord],
+    ) -> TransportResult<Vec<i64>> {
         let session = self.session(role, token)?;
         let mut session = session.lock().await;
         if session.token() != token {
@@ -152,15 +191,18 @@ impl KafkaTransport {
                 token,
             });
         }
-        let write = Write {
-            topic: &self.topic,
-            partition,
-            key,
-            value,
-            timestamp_ms,
-        };
+        let writes: Vec<Write<'_>> = records
+            .iter()
+            .map(|r| Write {
+                topic: &r.topic,
+                partition: r.partition,
+                key: r.key.clone(),
+                value: r.value.clone(),
+                timestamp_ms: r.timestamp_ms,
+            })
+            .collect();
         self.client
-            .write_transactional(&mut session, write)
+            .write_transactional(&mut session, &writes)
             .await
             .map_err(|e| match e {
                 TxnError::Fenced(e) => TransportError::Fenced {

@@ -182,25 +182,28 @@ impl KafkaClient {
         })
     }
 
-    /// Writes one record (a lease or its tombstone) in its own transaction
-    /// and commits it; returns the record's offset.
+    /// Writes records in one transaction and commits it: all become visible
+    /// at once, or none ever does. Returns their offsets.
     pub(crate) async fn write_transactional(
         &self,
         session: &mut ProducerSession,
-        write: Write<'_>,
-    ) -> Result<i64, TxnError> {
+        writes: &[Write<'_>],
+    ) -> Result<Vec<i64>, TxnError> {
         let mut txn = self.begin(session)?;
-        let offset = match txn.send_write(&write).await {
-            Ok(offset) => offset,
-            Err(e) => {
-                if !matches!(e, TxnError::Fenced(_)) {
-                    txn.abort_after_failure().await?;
+        let mut offsets = Vec::with_capacity(writes.len());
+        for write in writes {
+            match txn.send_write(write).await {
+                Ok(offset) => offsets.push(offset),
+                Err(e) => {
+                    if !matches!(e, TxnError::Fenced(_)) {
+                        txn.abort_after_failure().await?;
+                    }
+                    return Err(e);
                 }
-                return Err(e);
             }
-        };
+        }
         txn.commit().await?;
-        Ok(offset)
+        Ok(offsets)
     }
 
     /// Sends one transactional batch, resending the same bytes on retriable

@@ -70,9 +70,13 @@ async fn describe_tracks_the_minted_token_and_a_superseded_write_is_fenced() {
     assert!(matches!(err, TransportError::NotMinted { .. }), "{err}");
 
     b.write_lease(&role, t2, &lease("b", t2, 4)).await.unwrap();
-    let state = RoleState::from_records(&role, &a.read_role_records(&role).await.unwrap());
-    let held = state.lease().expect("a lease");
-    assert_eq!((held.member.as_str(), held.token), ("b", t2));
+    // Commit markers land a moment after EndTxn answers.
+    let held = eventually(|| async {
+        let state = RoleState::from_records(&role, &a.read_role_records(&role).await.unwrap());
+        state.lease().filter(|l| l.member == "b").cloned()
+    })
+    .await;
+    assert_eq!(held.token, t2);
     a.close().await;
     b.close().await;
 }
@@ -106,8 +110,11 @@ async fn racing_acquires_leave_exactly_one_current_token() {
         let err = loser.expect_err("the broker rejects the older token");
         assert!(err.is_fenced(), "round {round}: {err}");
     }
-    let state = RoleState::from_records(&role, &a.read_role_records(&role).await.unwrap());
-    assert_eq!(state.lease().unwrap().token, last);
+    eventually(|| async {
+        let state = RoleState::from_records(&role, &a.read_role_records(&role).await.unwrap());
+        (state.lease().map(|l| l.token) == Some(last)).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -142,8 +149,11 @@ async fn renewals_under_transaction_version_1_keep_the_token() {
         description.timeout_ms, 10_000,
         "the lease duration is the txn timeout"
     );
-    let state = RoleState::from_records(&role, &t.read_role_records(&role).await.unwrap());
-    assert_eq!(state.lease().unwrap().granted_at, 1019);
+    eventually(|| async {
+        let state = RoleState::from_records(&role, &t.read_role_records(&role).await.unwrap());
+        (state.lease().map(|l| l.granted_at) == Some(1019)).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -175,7 +185,15 @@ async fn an_aborted_lease_write_stays_invisible() {
     txn.commit().await.unwrap();
 
     for reader in [&t, &transport(&topic).await] {
-        let records = reader.read_role_records(&role).await.unwrap();
+        // The commit markers land a moment after EndTxn answers.
+        let records = eventually(|| async {
+            let records = reader.read_role_records(&role).await.unwrap();
+            records
+                .iter()
+                .any(|r| r.offset == committed_offset)
+                .then_some(records)
+        })
+        .await;
         assert!(
             records.iter().all(|r| r.offset != aborted_offset),
             "aborted record returned"
@@ -309,8 +327,12 @@ async fn registration_order_is_offset_order_and_roles_sharing_a_partition_stay_a
     assert!(offsets.windows(2).all(|w| w[0] < w[1]));
     assert!(state.lease().is_none());
     // Registering again moves a member to the tail.
-    t.register(&role, "m0", 99).await.unwrap();
-    let state = RoleState::from_records(&role, &t.read_role_records(&role).await.unwrap());
+    let again = t.register(&role, "m0", 99).await.unwrap();
+    let state = eventually(|| async {
+        let state = RoleState::from_records(&role, &t.read_role_records(&role).await.unwrap());
+        (state.last_offset() == Some(again)).then_some(state)
+    })
+    .await;
     assert_eq!(state.rank_of("m0"), Some(9));
     assert_eq!(state.rank_of("m1"), Some(0));
 }

@@ -11,3 +11,5 @@
 
 mod common;
 mod kafka_transport;
+mod leadership;
+mod split_brain;

@@ -1,0 +1,219 @@
+//! `krabka-authority demo`: real candidates of one or more roles in one
+//! process, logging every transition; with `--chaos`, the holder's renewals
+//! are killed at random so failovers keep happening.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Args;
+use rand::RngExt;
+use tokio::sync::watch;
+
+use crate::cli::{KafkaArgs, parse_duration};
+use crate::kafka::{KafkaClient, KafkaTransport, TopicSpec, TransportConfig};
+use crate::leadership::{Event, LeadershipError, Options, acquire};
+use crate::transport::TransportError;
+
+/// Flags of `demo`.
+#[derive(Args, Clone, Debug)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+
+    /// Roles to compete for, comma-separated.
+    #[arg(
+        long,
+        env = "KRABKA_DEMO_ROLES",
+        value_delimiter = ',',
+        default_value = "orders,billing-writer"
+    )]
+    pub roles: Vec<String>,
+
+    /// Candidates per role.
+    #[arg(long, env = "KRABKA_DEMO_MEMBERS", default_value_t = 3)]
+    pub members: usize,
+
+    /// Partitions of the topic when the demo creates it.
+    #[arg(long, env = "KRABKA_DEMO_PARTITIONS", default_value_t = 16)]
+    pub partitions: i32,
+
+    /// Lease duration.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub lease: Duration,
+
+    /// Renew interval.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub renew: Duration,
+
+    /// Challenge stagger.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub stagger: Duration,
+
+    /// Kill a random holder's renewals now and then.
+    #[arg(long, env = "KRABKA_DEMO_CHAOS")]
+    pub chaos: bool,
+
+    /// Longest pause between two chaos kills (each pause is random up to this).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub chaos_interval: Duration,
+
+    /// Stop after this long (default: run until interrupted).
+    #[arg(long = "for", value_parser = parse_duration)]
+    pub run_for: Option<Duration>,
+}
+
+/// Why the demo stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// Bad flags.
+    #[error("{0}")]
+    Config(String),
+    /// The topic could not be reached or created.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// A member failed for good.
+    #[error(transparent)]
+    Leadership(#[from] LeadershipError),
+}
+
+/// Holders currently running, by role: member name and a switch that kills
+/// its renewals.
+type Holders = Arc<Mutex<HashMap<String, (String, watch::Sender<bool>)>>>;
+
+/// Runs the demo until `shutdown` flips or `--for` passes.
+pub async fn run(args: DemoArgs, mut shutdown: watch::Receiver<bool>) -> Result<(), DemoError> {
+    if args.members == 0 || args.roles.iter().any(String::is_empty) {
+        return Err(DemoError::Config(
+            "need at least one member and non-empty role names".into(),
+        ));
+    }
+    let config = args.kafka.client_config().map_err(DemoError::Config)?;
+    let options = Options::default()
+        .with_lease_duration(args.lease)
+        .with_renew_interval(args.renew)
+        .with_challenge_stagger(args.stagger);
+    options
+        .validate(args.partitions, None)
+        .map_err(|e| DemoError::Config(e.to_string()))?;
+    let transport_config = TransportConfig {
+        topic: args.kafka.topic.clone(),
+        partitions: None,
+        create: Some(TopicSpec {
+            partitions: args.partitions,
+            ..TopicSpec::default()
+        }),
+    };
+    // One transport (one producer per role) per member, as separate
+    // processes would have.
+    let holders: Holders = Arc::default();
+    let mut tasks = Vec::new();
+    for role in &args.roles {
+        for i in 0..args.members {
+            let client = KafkaClient::new(config.clone()).map_err(TransportError::from)?;
+            let transport =
+                Arc::new(KafkaTransport::connect(client, transport_config.clone()).await?);
+            let member = format!("{role}-member-{i}");
+            let (log_role, log_member) = (role.clone(), member.clone());
+            // The client logs transitions itself; renewals and waits only at
+            // debug level, which the demo shows too.
+            let options = options.clone().with_events(Arc::new(move |event: &Event| {
+                if matches!(event, Event::Renewed { .. } | Event::Waiting { .. }) {
+                    tracing::info!(role = %log_role, member = %log_member, "{event}");
+                }
+            }));
+            tasks.push(tokio::spawn(candidate(
+                transport,
+                role.clone(),
+                member,
+                options,
+                holders.clone(),
+            )));
+        }
+    }
+    tracing::info!(roles = ?args.roles, members = args.members, chaos = args.chaos, "demo candidates started");
+    if args.chaos {
+        tasks.push(tokio::spawn(chaos(holders.clone(), args.chaos_interval)));
+    }
+    let until = async {
+        match args.run_for {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = until => {}
+        _ = shutdown.wait_for(|s| *s) => {}
+    }
+    for task in tasks {
+        task.abort();
+    }
+    tracing::info!("demo stopped");
+    Ok(())
+}
+
+/// One member: acquire, hold until the role ends (or chaos kills its
+/// renewals), then come back, which registers it again at the tail.
+async fn candidate(
+    transport: Arc<KafkaTransport>,
+    role: String,
+    member: String,
+    options: Options,
+    holders: Holders,
+) {
+    loop {
+        let leadership = match acquire(transport.clone(), &role, &member, options.clone()).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(%role, %member, error = %e, "cannot compete; retrying in 5 s");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                continue;
+            }
+        };
+        let (kill, mut killed) = watch::channel(false);
+        holders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(role.clone(), (member.clone(), kill));
+        tokio::select! {
+            () = leadership.done() => {
+                tracing::info!(%role, %member, reason = ?leadership.err().map(|e| e.to_string()), "the role ended");
+            }
+            () = async { let _ = killed.wait_for(|k| *k).await; } => {
+                tracing::warn!(%role, %member, token = %leadership.token(), "chaos: renewals killed");
+                drop(leadership);
+                // A dead process comes back after a while.
+                tokio::time::sleep(options.lease_duration * 2).await;
+            }
+        }
+        holders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|_, (m, _)| *m != member);
+    }
+}
+
+async fn chaos(holders: Holders, longest: Duration) {
+    let longest_ms = longest.as_millis().max(1000) as u64;
+    loop {
+        let pause = rand::rng().random_range(longest_ms / 3..=longest_ms);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let victim = {
+            let holders = holders
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let roles: Vec<&String> = holders.keys().collect();
+            if roles.is_empty() {
+                continue;
+            }
+            let role = roles[rand::rng().random_range(0..roles.len())].clone();
+            holders.get(&role).map(|(member, kill)| {
+                let _ = kill.send(true);
+                (role, member.clone())
+            })
+        };
+        if let Some((role, member)) = victim {
+            tracing::warn!(%role, %member, "chaos: killing the holder");
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! The clock the leader-election client reads: the system clock in
+//! production, a manual clock in tests so every wait is driven by hand.
+//!
+//! The lease deadline is a wall-clock instant written by the holder and read
+//! by challengers; skew between their clocks moves the failover time by the
+//! skew, never the safety (no clock takes part in the fence).
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
+
+/// A boxed future of a clock's sleep.
+pub type Sleep<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// Wall-clock time in epoch milliseconds, and sleeping until an instant.
+pub trait Clock: Send + Sync + Debug {
+    /// Now, in milliseconds since the Unix epoch.
+    fn now_ms(&self) -> i64;
+
+    /// Resolves once `now_ms() >= at_ms`.
+    fn sleep_until(&self, at_ms: i64) -> Sleep<'_>;
+}
+
+/// The system's wall clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    fn sleep_until(&self, at_ms: i64) -> Sleep<'_> {
+        let wait = at_ms.saturating_sub(self.now_ms()).max(0);
+        Box::pin(tokio::time::sleep(Duration::from_millis(wait as u64)))
+    }
+}
+
+/// A clock that moves only when a test moves it.
+#[derive(Clone, Debug)]
+pub struct ManualClock {
+    now: Arc<watch::Sender<i64>>,
+    sleepers: Arc<AtomicUsize>,
+}
+
+impl ManualClock {
+    /// A clock standing at `start_ms`.
+    pub fn new(start_ms: i64) -> ManualClock {
+        ManualClock {
+            now: Arc::new(watch::Sender::new(start_ms)),
+            sleepers: Arc::default(),
+        }
+    }
+
+    /// Moves the clock forward by `by`, waking every sleeper now due.
+    pub fn advance(&self, by: Duration) {
+        let by = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.now.send_modify(|now| *now = now.saturating_add(by));
+    }
+
+    /// Sets the clock to `at_ms` (never backwards).
+    pub fn set(&self, at_ms: i64) {
+        self.now.send_modify(|now| *now = (*now).max(at_ms));
+    }
+
+    /// How many tasks are asleep on this clock right now.
+    pub fn sleepers(&self) -> usize {
+        self.sleepers.load(Ordering::SeqCst)
+    }
+
+    /// Waits (in real time, yielding) until at least `n` tasks sleep on the
+    /// clock, so a test knows its subjects are parked before it moves time.
+    pub async fn wait_for_sleepers(&self, n: usize) {
+        for _ in 0..10_000 {
+            if self.sleepers() >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("only {} of {n} tasks went to sleep", self.sleepers());
+    }
+}
+
+struct Asleep(Arc<AtomicUsize>);
+
+impl Drop for Asleep {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        *self.now.borrow()
+    }
+
+    fn sleep_until(&self, at_ms: i64) -> Sleep<'_> {
+        let mut rx = self.now.subscribe();
+        let sleepers = self.sleepers.clone();
+        Box::pin(async move {
+            if *rx.borrow_and_update() >= at_ms {
+                return;
+            }
+            sleepers.fetch_add(1, Ordering::SeqCst);
+            let _asleep = Asleep(sleepers);
+            while *rx.borrow_and_update() < at_ms {
+                if rx.changed().await.is_err() {
+                    // The clock is gone; nothing will ever wake us.
+                    std::future::pending::<()>().await;
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn manual_sleepers_wake_only_when_time_reaches_them() {
+        let clock = ManualClock::new(1_000);
+        let early = tokio::spawn({
+            let c = clock.clone();
+            async move { c.sleep_until(1_500).await }
+        });
+        let late = tokio::spawn({
+            let c = clock.clone();
+            async move { c.sleep_until(3_000).await }
+        });
+        clock.wait_for_sleepers(2).await;
+        clock.advance(Duration::from_millis(499));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!early.is_finished());
+        clock.advance(Duration::from_millis(1));
+        early.await.unwrap();
+        assert_eq!(clock.sleepers(), 1);
+        clock.set(10_000);
+        late.await.unwrap();
+        assert_eq!(clock.sleepers(), 0);
+        assert_eq!(clock.now_ms(), 10_000);
+        // A past instant does not sleep at all.
+        clock.sleep_until(5).await;
+    }
+
+    #[tokio::test]
+    async fn system_clock_sleeps_for_the_difference() {
+        let clock = SystemClock;
+        let started = tokio::time::Instant::now();
+        clock.sleep_until(clock.now_ms() + 30).await;
+        assert!(started.elapsed() >= Duration::from_millis(25));
+    }
+}
