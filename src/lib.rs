@@ -19,6 +19,7 @@ pub mod coordination;
 pub mod demo;
 pub mod kafka;
 pub mod leadership;
+pub mod service;
 pub mod transport;
 
 /// Compiles the README's examples, so they cannot rot.

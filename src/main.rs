@@ -8,6 +8,11 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio::sync::watch;
 
+use krabka_authority::cli::KafkaArgs;
+use krabka_authority::coordination::{RoleState, role_partition};
+use krabka_authority::kafka::KafkaClient;
+use krabka_authority::leadership::{Clock, SystemClock};
+use krabka_authority::service::{self, AppState, ServeArgs};
 use krabka_authority::{commands, demo};
 
 #[derive(Parser, Debug)]
@@ -33,6 +38,27 @@ enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Serve authority checks, roster views and metrics over HTTP.
+    Serve(ServeArgs),
+    /// Check a writer's token against the coordinator (exit 0 authoritative, 1 not, 2 undecided).
+    Check {
+        #[command(flatten)]
+        kafka: KafkaArgs,
+        /// The role.
+        role: String,
+        /// The token, <producer id>:<producer epoch>.
+        token: String,
+    },
+    /// Print a role's roster and lease as JSON.
+    Roster {
+        #[command(flatten)]
+        kafka: KafkaArgs,
+        /// The role.
+        role: String,
+        /// The members' challenge stagger, for the challenge instants.
+        #[arg(long, default_value = "5s", value_parser = krabka_authority::cli::parse_duration)]
+        challenge_stagger: std::time::Duration,
+    },
     /// Run N candidates of one or more roles against a broker, logging every transition.
     Demo(demo::DemoArgs),
     /// Print the partition of a role (offline).
@@ -141,7 +167,83 @@ fn run_async(command: Command) -> anyhow::Result<ExitCode> {
                     .context("demo failed")?;
                 Ok(ExitCode::SUCCESS)
             }
+            Command::Serve(args) => {
+                let config = match args.validate() {
+                    Ok(config) => config,
+                    Err(message) => {
+                        eprintln!("error: invalid configuration: {message}");
+                        return Ok(ExitCode::from(2));
+                    }
+                };
+                let state = AppState::new(config).context("cannot set up the service")?;
+                service::serve(state, shutdown_signal()).await?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Check { kafka, role, token } => check(kafka, &role, &token).await,
+            Command::Roster {
+                kafka,
+                role,
+                challenge_stagger,
+            } => roster(kafka, &role, challenge_stagger).await,
             Command::Partition { .. } | Command::Decode { .. } => Ok(ExitCode::SUCCESS),
         }
     })
+}
+
+fn client(kafka: &KafkaArgs) -> anyhow::Result<KafkaClient> {
+    let config = kafka
+        .client_config()
+        .map_err(|m| anyhow::anyhow!("invalid configuration: {m}"))?;
+    Ok(KafkaClient::new(config)?)
+}
+
+async fn check(kafka: KafkaArgs, role: &str, token: &str) -> anyhow::Result<ExitCode> {
+    let parsed = service::authority::validate_role(role)
+        .and_then(|()| service::authority::parse_token(token));
+    let token = match parsed {
+        Ok(token) => token,
+        Err(problem) => {
+            eprintln!("error: {}", problem.detail);
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let client = client(&kafka)?;
+    let answer = service::authority::check_once(&client, role, token, SystemClock.now_ms()).await;
+    match &answer {
+        Ok(a) => println!("{}", serde_json::to_string_pretty(a)?),
+        Err(e) => eprintln!("error: could not ask the coordinator: {e}"),
+    }
+    Ok(ExitCode::from(service::authority::exit_code(&answer)))
+}
+
+async fn roster(
+    kafka: KafkaArgs,
+    role: &str,
+    stagger: std::time::Duration,
+) -> anyhow::Result<ExitCode> {
+    let client = client(&kafka)?;
+    let partitions = client.partition_count(&kafka.topic).await?;
+    let partition = role_partition(role, partitions)?;
+    let read = client.read_committed(&kafka.topic, partition, 0).await?;
+    let state = RoleState::from_records(role, &read.records);
+    for m in state.malformed() {
+        eprintln!(
+            "warning: skipped a malformed record at offset {}: {}",
+            m.offset, m.error
+        );
+    }
+    if state.is_empty() {
+        eprintln!("error: the topic holds no record of role {role:?}");
+        return Ok(ExitCode::from(1));
+    }
+    let view = service::roster::RoleView {
+        state,
+        partition,
+        offset: read.next_offset,
+        age: std::time::Duration::ZERO,
+        refreshed_at_ms: SystemClock.now_ms(),
+    };
+    let body = service::views::roster(&view, SystemClock.now_ms(), stagger.as_millis() as i64);
+    println!("{}", serde_json::to_string_pretty(&body)?);
+    Ok(ExitCode::SUCCESS)
 }

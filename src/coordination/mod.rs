@@ -15,7 +15,7 @@ pub use record::{
     EncodeError, FormatError, Key, KeyKind, Lease, MAX_STRING_LEN, Part, Registration, decode_key,
     decode_lease, decode_registration, encode_key, encode_lease, encode_registration, is_tombstone,
 };
-pub use state::{Change, LogRecord, Malformed, Member, RoleState};
+pub use state::{Applied, Change, LogRecord, Malformed, Member, PartitionState, RoleState};
 pub use succession::{Decision, SuccessionConfig, challenge_at, challenge_rank, evaluate};
 pub use token::{FencingToken, TokenError, TokenPart};
 

@@ -266,6 +266,105 @@ impl RoleState {
     }
 }
 
+/// Every role of one partition, folded record by record: what a reader of
+/// the whole topic keeps (the service's roster views, the watcher).
+#[derive(Clone, Debug, Default)]
+pub struct PartitionState {
+    roles: std::collections::BTreeMap<String, RoleState>,
+    next_offset: i64,
+    malformed_keys: u64,
+}
+
+/// What one record did to a [`PartitionState`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The record changed (or left unchanged) this role.
+    Role {
+        /// The role.
+        role: String,
+        /// What changed.
+        change: Change,
+        /// True when the role has no record left and was dropped.
+        removed: bool,
+    },
+    /// The key did not decode; the record was skipped.
+    MalformedKey(FormatError),
+    /// At or below an offset already applied.
+    Replayed,
+}
+
+impl PartitionState {
+    /// An empty partition, to be read from offset 0.
+    pub fn new() -> PartitionState {
+        PartitionState::default()
+    }
+
+    /// Applies one record in offset order.
+    pub fn apply(&mut self, record: &LogRecord) -> Applied {
+        if record.offset < self.next_offset {
+            return Applied::Replayed;
+        }
+        self.next_offset = record.offset + 1;
+        let key = match decode_key(&record.key) {
+            Ok(key) => key,
+            Err(error) => {
+                self.malformed_keys += 1;
+                return Applied::MalformedKey(error);
+            }
+        };
+        let state = self
+            .roles
+            .entry(key.role.clone())
+            .or_insert_with(|| RoleState::new(key.role.clone()));
+        let change = state.apply(
+            record.offset,
+            key.kind,
+            &key.member,
+            record.value.as_deref(),
+        );
+        let removed = state.is_empty();
+        if removed {
+            self.roles.remove(&key.role);
+        }
+        Applied::Role {
+            role: key.role,
+            change,
+            removed,
+        }
+    }
+
+    /// Notes that the log was read up to `next_offset` (compaction and
+    /// control records leave gaps).
+    pub fn advance_to(&mut self, next_offset: i64) {
+        self.next_offset = self.next_offset.max(next_offset);
+    }
+
+    /// The offset the next read starts from.
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+
+    /// One role's state.
+    pub fn role(&self, role: &str) -> Option<&RoleState> {
+        self.roles.get(role)
+    }
+
+    /// One role's state, mutably (to drain its malformed list).
+    pub fn role_mut(&mut self, role: &str) -> Option<&mut RoleState> {
+        self.roles.get_mut(role)
+    }
+
+    /// Every role with records, by name.
+    pub fn roles(&self) -> impl Iterator<Item = &RoleState> {
+        self.roles.values()
+    }
+
+    /// How many records had keys that did not decode.
+    pub fn malformed_keys(&self) -> u64 {
+        self.malformed_keys
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,6 +419,37 @@ mod tests {
             key: encode_key(&Key::lease(role)).unwrap().into(),
             value: empty.then(Bytes::new),
         }
+    }
+
+    #[test]
+    fn a_partition_folds_every_role_and_drops_emptied_ones() {
+        let mut p = PartitionState::new();
+        let bad_key = LogRecord {
+            offset: 2,
+            key: Bytes::from_static(&[1]),
+            value: None,
+        };
+        for r in [
+            reg(0, "x", "a", 1),
+            reg(1, "y", "b", 1),
+            bad_key,
+            lease_rec(3, "y", "b", 4, 0),
+        ] {
+            p.apply(&r);
+        }
+        assert_eq!(p.roles().map(|r| r.role()).collect::<Vec<_>>(), ["x", "y"]);
+        assert_eq!(p.malformed_keys(), 1);
+        assert_eq!(p.next_offset(), 4);
+        assert_eq!(p.apply(&reg(1, "y", "z", 1)), Applied::Replayed);
+        let applied = p.apply(&dereg(4, "x", "a"));
+        assert!(
+            matches!(applied, Applied::Role { removed: true, .. }),
+            "{applied:?}"
+        );
+        assert!(p.role("x").is_none());
+        assert_eq!(p.role("y").unwrap().lease().unwrap().member, "b");
+        p.advance_to(10);
+        assert_eq!(p.next_offset(), 10);
     }
 
     fn names(state: &RoleState) -> Vec<&str> {

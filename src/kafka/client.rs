@@ -198,10 +198,7 @@ impl KafkaClient {
         if let Some(conn) = guard.as_ref().filter(|c| !c.is_closed()) {
             return Ok(conn.clone());
         }
-        let started = Instant::now();
-        let opened = self.open(addr).await;
-        self.observe("Connect", &opened, started.elapsed());
-        let conn = Arc::new(opened?);
+        let conn = Arc::new(self.open(addr).await?);
         *guard = Some(conn.clone());
         Ok(conn)
     }
@@ -251,7 +248,19 @@ impl KafkaClient {
         request: &R,
         timeout: Duration,
     ) -> Result<(R::Response, i16), KafkaError> {
-        let conn = self.connection(addr).await?;
+        let started = Instant::now();
+        let conn = match self.connection(addr).await {
+            Ok(conn) => conn,
+            Err(e) => {
+                // A request that could not even connect counts as disconnected.
+                self.observe(
+                    api_name(R::KEY),
+                    &Err::<(), _>(e.clone()),
+                    started.elapsed(),
+                );
+                return Err(e);
+            }
+        };
         self.call(&conn, request, timeout).await
     }
 

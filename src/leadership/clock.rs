@@ -14,6 +14,21 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
+/// An epoch-millisecond instant as RFC 3339 (UTC, milliseconds). An instant
+/// RFC 3339 cannot write (before 1970, after 9999, both possible in a
+/// record of the topic) prints as its number instead.
+pub fn rfc3339_ms(ms: i64) -> String {
+    const YEAR_10000_MS: u64 = 253_402_300_800_000;
+    u64::try_from(ms)
+        .ok()
+        .filter(|ms| *ms < YEAR_10000_MS)
+        .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
+        .map_or_else(
+            || ms.to_string(),
+            |t| humantime::format_rfc3339_millis(t).to_string(),
+        )
+}
+
 /// A boxed future of a clock's sleep.
 pub type Sleep<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
@@ -148,6 +163,16 @@ mod tests {
         assert_eq!(clock.now_ms(), 10_000);
         // A past instant does not sleep at all.
         clock.sleep_until(5).await;
+    }
+
+    #[test]
+    fn instants_print_as_rfc3339_or_as_numbers_when_out_of_range() {
+        assert_eq!(rfc3339_ms(1_700_000_000_000), "2023-11-14T22:13:20.000Z");
+        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_ms(-5), "-5");
+        assert_eq!(rfc3339_ms(i64::MAX), i64::MAX.to_string());
+        assert_eq!(rfc3339_ms(253_402_300_800_000), "253402300800000");
+        assert_eq!(rfc3339_ms(253_402_300_799_999), "9999-12-31T23:59:59.999Z");
     }
 
     #[tokio::test]

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use super::clock::rfc3339_ms as instant;
 use crate::coordination::FencingToken;
 
 /// One transition of one member of one role.
@@ -48,17 +49,6 @@ pub enum Event {
     },
     /// The member cleared its lease and deregistered.
     Resigned,
-}
-
-/// An epoch-millisecond instant as RFC 3339 (UTC, milliseconds).
-pub(crate) fn instant(ms: i64) -> String {
-    u64::try_from(ms)
-        .ok()
-        .map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
-        .map_or_else(
-            || ms.to_string(),
-            |t| humantime::format_rfc3339_millis(t).to_string(),
-        )
 }
 
 impl fmt::Display for Event {

@@ -9,7 +9,9 @@
     unreachable_pub
 )]
 
+mod cli;
 mod common;
 mod kafka_transport;
 mod leadership;
+mod service;
 mod split_brain;

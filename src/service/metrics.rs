@@ -1,0 +1,188 @@
+//! The service's Prometheus metrics, in one registry it owns. Names follow
+//! Prometheus conventions: base units, `_total` counters, `_seconds`.
+
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+use super::verdict::Verdict;
+use crate::kafka::{Outcome, RequestObserver};
+
+/// Every metric of the service.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Authority checks by verdict (plus `invalid` for 400, `unavailable` for 503).
+    pub checks: IntCounterVec,
+    /// Time to answer one check, by verdict.
+    pub check_duration: HistogramVec,
+    /// Transactional ids per DescribeTransactions request.
+    pub describe_batch_size: Histogram,
+    /// Kafka requests by API and outcome.
+    pub kafka_requests: IntCounterVec,
+    /// Kafka request round trips by API.
+    pub kafka_request_duration: HistogramVec,
+    /// Checks answered from the superseded cache.
+    pub superseded_cache_hits: IntCounter,
+    /// Entries in the superseded cache.
+    pub superseded_cache_entries: IntGauge,
+    /// Partition reads of the roster views, by outcome.
+    pub roster_refreshes: IntCounterVec,
+    /// Records of the topic that did not decode, by part.
+    pub malformed_records: IntCounterVec,
+    /// Constant 1, labelled with the version.
+    pub build_info: IntGaugeVec,
+}
+
+fn buckets_seconds() -> Vec<f64> {
+    vec![
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ]
+}
+
+impl Metrics {
+    /// Registers every metric in a fresh registry.
+    pub fn new() -> Result<Metrics, prometheus::Error> {
+        let registry = Registry::new();
+        let checks = IntCounterVec::new(
+            Opts::new(
+                "krabka_authority_checks_total",
+                "Authority checks answered, by verdict (invalid = 400, unavailable = 503).",
+            ),
+            &["verdict"],
+        )?;
+        let check_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "krabka_authority_check_duration_seconds",
+                "Time to answer one authority check, by verdict.",
+            )
+            .buckets(buckets_seconds()),
+            &["verdict"],
+        )?;
+        let describe_batch_size = Histogram::with_opts(
+            HistogramOpts::new(
+                "krabka_describe_batch_size",
+                "Transactional ids per DescribeTransactions request.",
+            )
+            .buckets(vec![
+                1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0,
+            ]),
+        )?;
+        let kafka_requests = IntCounterVec::new(
+            Opts::new(
+                "krabka_kafka_requests_total",
+                "Kafka requests sent, by API and outcome (ok, timeout, disconnected, error).",
+            ),
+            &["api", "outcome"],
+        )?;
+        let kafka_request_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "krabka_kafka_request_duration_seconds",
+                "Kafka request round trips, by API.",
+            )
+            .buckets(buckets_seconds()),
+            &["api"],
+        )?;
+        let superseded_cache_hits = IntCounter::new(
+            "krabka_superseded_cache_hits_total",
+            "Checks answered superseded from the cache, without a Kafka request.",
+        )?;
+        let superseded_cache_entries = IntGauge::new(
+            "krabka_superseded_cache_entries",
+            "Superseded (role, token) pairs in the cache.",
+        )?;
+        let roster_refreshes = IntCounterVec::new(
+            Opts::new(
+                "krabka_roster_refreshes_total",
+                "Partition reads of the roster views, by outcome.",
+            ),
+            &["outcome"],
+        )?;
+        let malformed_records = IntCounterVec::new(
+            Opts::new(
+                "krabka_state_malformed_records_total",
+                "Records of the coordination topic that did not decode, by part.",
+            ),
+            &["part"],
+        )?;
+        let build_info = IntGaugeVec::new(
+            Opts::new("krabka_build_info", "Always 1; the version is a label."),
+            &["version"],
+        )?;
+        for c in [
+            Box::new(checks.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(check_duration.clone()),
+            Box::new(describe_batch_size.clone()),
+            Box::new(kafka_requests.clone()),
+            Box::new(kafka_request_duration.clone()),
+            Box::new(superseded_cache_hits.clone()),
+            Box::new(superseded_cache_entries.clone()),
+            Box::new(roster_refreshes.clone()),
+            Box::new(malformed_records.clone()),
+            Box::new(build_info.clone()),
+        ] {
+            registry.register(c)?;
+        }
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        for v in Verdict::ALL
+            .iter()
+            .map(Verdict::as_str)
+            .chain(["invalid", "unavailable"])
+        {
+            checks.with_label_values(&[v]);
+        }
+        for part in ["key", "registration_value", "lease_value"] {
+            malformed_records.with_label_values(&[part]);
+        }
+        Ok(Metrics {
+            registry,
+            checks,
+            check_duration,
+            describe_batch_size,
+            kafka_requests,
+            kafka_request_duration,
+            superseded_cache_hits,
+            superseded_cache_entries,
+            roster_refreshes,
+            malformed_records,
+            build_info,
+        })
+    }
+
+    /// The registry, for collectors added by other parts of the service.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Counts one answered check.
+    pub fn check(&self, verdict: &str, elapsed: Duration) {
+        self.checks.with_label_values(&[verdict]).inc();
+        self.check_duration
+            .with_label_values(&[verdict])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed metrics.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+impl RequestObserver for Metrics {
+    fn observe(&self, api: &'static str, outcome: Outcome, elapsed: Duration) {
+        self.kafka_requests
+            .with_label_values(&[api, outcome.as_str()])
+            .inc();
+        self.kafka_request_duration
+            .with_label_values(&[api])
+            .observe(elapsed.as_secs_f64());
+    }
+}

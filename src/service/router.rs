@@ -1,0 +1,110 @@
+//! The HTTP routes and the middleware around them. Built by a function so
+//! tests call it without a socket.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, Request, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use super::problem::Problem;
+use super::state::AppState;
+use super::{authority, ops, views};
+
+/// Every route as `(method, path)`, in the OpenAPI document's notation; a
+/// test holds the document to this list.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/roles/{role}/authority"),
+    ("POST", "/authority/check"),
+    ("GET", "/roles"),
+    ("GET", "/roles/{role}"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+    ("GET", "/openapi.yaml"),
+];
+
+/// Request ids: a per-process prefix and a counter, unique and cheap.
+#[derive(Clone, Debug)]
+struct Ids {
+    prefix: u32,
+    next: Arc<AtomicU64>,
+}
+
+impl MakeRequestId for Ids {
+    fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        HeaderValue::from_str(&format!("{:08x}-{n:x}", self.prefix))
+            .ok()
+            .map(RequestId::new)
+    }
+}
+
+async fn not_found() -> Response {
+    Problem::not_found("no such endpoint; see /openapi.yaml").into_response()
+}
+
+async fn method_not_allowed() -> Response {
+    let mut problem =
+        Problem::not_found("this endpoint does not take that method; see /openapi.yaml");
+    problem.status = 405;
+    problem.title = "Method not allowed".into();
+    problem.kind = problem.kind.replace("not-found", "method-not-allowed");
+    problem.into_response()
+}
+
+fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a handler panicked");
+    Problem::internal().into_response()
+}
+
+/// The service's router over `state`.
+pub fn router(state: Arc<AppState>) -> Router {
+    let ids = Ids {
+        prefix: rand::random(),
+        next: Arc::default(),
+    };
+    let timeout = state.config.request_timeout + Duration::from_secs(1);
+    let body_limit = state.config.max_body_bytes;
+    Router::new()
+        .route("/roles/{role}/authority", get(authority::get_authority))
+        .route("/authority/check", post(authority::post_check))
+        .route("/roles", get(views::list_roles))
+        .route("/roles/{role}", get(views::get_role))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route("/openapi.yaml", get(ops::openapi))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::x_request_id(ids))
+                .layer(
+                    TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+                        let id = request
+                            .headers()
+                            .get("x-request-id")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("-");
+                        tracing::info_span!("request", request_id = %id, method = %request.method(), path = %request.uri().path())
+                    }),
+                )
+                .layer(PropagateRequestIdLayer::x_request_id())
+                .layer(CatchPanicLayer::custom(panicked))
+                .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, timeout)),
+        )
+        .with_state(state)
+}

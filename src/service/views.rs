@@ -1,0 +1,253 @@
+//! `GET /roles` and `GET /roles/{role}`: roster views from the compacted
+//! topic, with their staleness.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use super::authority::validate_role;
+use super::problem::Problem;
+use super::roster::RoleView;
+use super::state::AppState;
+use crate::coordination::{FencingToken, challenge_at, challenge_rank};
+use crate::leadership::rfc3339_ms;
+
+/// A registered member in rank order.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberView {
+    /// The member id.
+    pub member: String,
+    /// Its 0-based position in join order.
+    pub rank: usize,
+    /// The offset of its latest registration (its join sequence).
+    pub offset: i64,
+    /// When it registered, by its own clock.
+    pub registered_at: String,
+}
+
+/// The current lease.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseView {
+    /// The holder.
+    pub member: String,
+    /// The holder's token.
+    pub token: FencingToken,
+    /// The lease record's offset.
+    pub offset: Option<i64>,
+    /// When it was written, by the holder's clock.
+    pub granted_at: String,
+    /// When standbys may challenge, by the holder's clock.
+    pub deadline: String,
+    /// The deadline as epoch milliseconds.
+    pub deadline_ms: i64,
+    /// True when the deadline has passed by the service clock.
+    pub expired: bool,
+    /// Milliseconds until the deadline by the service clock (negative once expired).
+    pub remaining_ms: i64,
+}
+
+/// A member that may challenge, and when.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChallengerView {
+    /// The member id.
+    pub member: String,
+    /// Its rank among the challengers (the holder excluded).
+    pub rank: usize,
+    /// When it may challenge, by the succession rules and the configured stagger.
+    pub challenge_at: String,
+}
+
+/// How fresh a view is.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Staleness {
+    /// Every record below this offset of the partition is included.
+    pub offset: i64,
+    /// Milliseconds since the partition was read.
+    pub age_ms: u64,
+    /// When it was read.
+    pub refreshed_at: String,
+}
+
+/// The roster of one role.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RosterView {
+    /// The role.
+    pub role: String,
+    /// Its partition of the topic.
+    pub partition: i32,
+    /// Registered members in rank (join) order.
+    pub members: Vec<MemberView>,
+    /// The lease, or `null` when nobody holds one.
+    pub lease: Option<LeaseView>,
+    /// The members that would challenge next, in order.
+    pub challengers: Vec<ChallengerView>,
+    /// The view's staleness.
+    pub view: Staleness,
+}
+
+/// One line of `GET /roles`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleSummary {
+    /// The role.
+    pub role: String,
+    /// Its partition.
+    pub partition: i32,
+    /// The lease holder, if any.
+    pub holder: Option<String>,
+    /// The holder's token, if any.
+    pub token: Option<FencingToken>,
+    /// The lease deadline, if any.
+    pub deadline: Option<String>,
+    /// True when the lease deadline has passed.
+    pub expired: bool,
+    /// Registered members.
+    pub candidates: usize,
+    /// Milliseconds since the role's partition was read.
+    pub age_ms: u64,
+}
+
+/// The body of `GET /roles`.
+#[derive(Debug, Serialize)]
+pub struct RolesList {
+    /// Every role with records, by name.
+    pub roles: Vec<RoleSummary>,
+}
+
+/// Builds the roster of one role at `now_ms`.
+pub fn roster(view: &RoleView, now_ms: i64, stagger_ms: i64) -> RosterView {
+    let state = &view.state;
+    let members = state
+        .members()
+        .iter()
+        .enumerate()
+        .map(|(rank, m)| MemberView {
+            member: m.member.clone(),
+            rank,
+            offset: m.offset,
+            registered_at: rfc3339_ms(m.registered_at),
+        })
+        .collect();
+    let lease = state.lease().map(|l| LeaseView {
+        member: l.member.clone(),
+        token: l.token,
+        offset: state.lease_offset(),
+        granted_at: rfc3339_ms(l.granted_at),
+        deadline: rfc3339_ms(l.deadline),
+        deadline_ms: l.deadline,
+        expired: now_ms >= l.deadline,
+        remaining_ms: l.deadline.saturating_sub(now_ms),
+    });
+    let mut challengers: Vec<ChallengerView> = state
+        .members()
+        .iter()
+        .filter_map(|m| {
+            Some(ChallengerView {
+                member: m.member.clone(),
+                rank: challenge_rank(state, &m.member)?,
+                challenge_at: rfc3339_ms(challenge_at(state, &m.member, stagger_ms)?),
+            })
+        })
+        .collect();
+    challengers.sort_by_key(|c| c.rank);
+    RosterView {
+        role: state.role().to_owned(),
+        partition: view.partition,
+        members,
+        lease,
+        challengers,
+        view: staleness(view),
+    }
+}
+
+fn staleness(view: &RoleView) -> Staleness {
+    Staleness {
+        offset: view.offset,
+        age_ms: view.age.as_millis() as u64,
+        refreshed_at: rfc3339_ms(view.refreshed_at_ms),
+    }
+}
+
+fn view_headers(headers: &mut HeaderMap, offset: i64, age_ms: u64) {
+    headers.insert("x-krabka-view-offset", HeaderValue::from(offset));
+    headers.insert("x-krabka-view-age-ms", HeaderValue::from(age_ms));
+}
+
+fn unavailable(state: &AppState, e: &crate::kafka::KafkaError) -> Problem {
+    tracing::warn!(error = %e, "roster view unavailable");
+    Problem::unavailable(
+        format!("the coordination topic could not be read: {e}"),
+        state.config.retry_after_secs,
+    )
+}
+
+/// `GET /roles/{role}`.
+pub async fn get_role(
+    State(state): State<Arc<AppState>>,
+    role: Result<Path<String>, PathRejection>,
+) -> Response {
+    let role = match role {
+        Ok(Path(role)) => role,
+        Err(e) => return Problem::invalid("role", e.body_text()).into_response(),
+    };
+    if let Err(problem) = validate_role(&role) {
+        return problem.into_response();
+    }
+    match state.rosters.role(&role).await {
+        Ok(Some(view)) => {
+            let stagger = state.config.challenge_stagger.as_millis() as i64;
+            let body = roster(&view, state.clock.now_ms(), stagger);
+            let mut response = Json(&body).into_response();
+            view_headers(response.headers_mut(), body.view.offset, body.view.age_ms);
+            response
+        }
+        Ok(None) => Problem::not_found(format!(
+            "the coordination topic holds no record of role {role:?}"
+        ))
+        .into_response(),
+        Err(e) => unavailable(&state, &e).into_response(),
+    }
+}
+
+/// `GET /roles`.
+pub async fn list_roles(State(state): State<Arc<AppState>>) -> Response {
+    match state.rosters.all().await {
+        Ok(views) => {
+            let now = state.clock.now_ms();
+            let oldest = views.iter().map(|v| v.age).max().unwrap_or_default();
+            let roles = views
+                .iter()
+                .map(|v| {
+                    let lease = v.state.lease();
+                    RoleSummary {
+                        role: v.state.role().to_owned(),
+                        partition: v.partition,
+                        holder: lease.map(|l| l.member.clone()),
+                        token: lease.map(|l| l.token),
+                        deadline: lease.map(|l| rfc3339_ms(l.deadline)),
+                        expired: lease.is_some_and(|l| now >= l.deadline),
+                        candidates: v.state.members().len(),
+                        age_ms: v.age.as_millis() as u64,
+                    }
+                })
+                .collect();
+            let mut response = Json(RolesList { roles }).into_response();
+            response.headers_mut().insert(
+                "x-krabka-view-age-ms",
+                HeaderValue::from(oldest.as_millis() as u64),
+            );
+            response
+        }
+        Err(e) => unavailable(&state, &e).into_response(),
+    }
+}
