@@ -236,12 +236,15 @@ async fn roster(
         eprintln!("error: the topic holds no record of role {role:?}");
         return Ok(ExitCode::from(1));
     }
-    let view = service::roster::RoleView {
+    let view = service::watcher::RoleView {
         state,
         partition,
         offset: read.next_offset,
         age: std::time::Duration::ZERO,
         refreshed_at_ms: SystemClock.now_ms(),
+        status: None,
+        failovers_in_window: 0,
+        coordinator: None,
     };
     let body = service::views::roster(&view, SystemClock.now_ms(), stagger.as_millis() as i64);
     println!("{}", serde_json::to_string_pretty(&body)?);

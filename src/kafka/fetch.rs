@@ -109,31 +109,110 @@ impl KafkaClient {
         max_bytes: i32,
         timeout: Duration,
     ) -> Result<FetchChunk, KafkaError> {
-        let leader = self.leader(topic, partition).await?;
+        let mut answers = self
+            .fetch_many(topic, &[(partition, offset)], max_wait, max_bytes, timeout)
+            .await?;
+        answers.pop().map_or_else(
+            || Err(KafkaError::Invalid("no fetch answer".into())),
+            |(_, chunk)| chunk,
+        )
+    }
+
+    /// One read_committed fetch of many partitions of `topic`: one request
+    /// per partition leader, sent concurrently. A broker answers one request
+    /// per connection at a time, so a watcher long-polling many partitions
+    /// must ask for them together, not one request each. Returns each
+    /// partition's chunk or error; the outer error is only for a request
+    /// that failed as a whole on every leader asked.
+    pub async fn fetch_many(
+        &self,
+        topic: &str,
+        offsets: &[(i32, i64)],
+        max_wait: Duration,
+        partition_max_bytes: i32,
+        timeout: Duration,
+    ) -> Result<Vec<(i32, Result<FetchChunk, KafkaError>)>, KafkaError> {
+        let mut by_leader: std::collections::HashMap<String, Vec<(i32, i64)>> = Default::default();
+        let mut out = Vec::with_capacity(offsets.len());
+        for &(partition, offset) in offsets {
+            match self.leader(topic, partition).await {
+                Ok(leader) => by_leader
+                    .entry(leader.addr)
+                    .or_default()
+                    .push((partition, offset)),
+                Err(e) => out.push((partition, Err(e))),
+            }
+        }
+        let requests = by_leader.iter().map(|(addr, partitions)| async move {
+            (
+                partitions,
+                self.fetch_from(
+                    addr,
+                    topic,
+                    partitions,
+                    max_wait,
+                    partition_max_bytes,
+                    timeout,
+                )
+                .await,
+            )
+        });
+        let mut last_error = None;
+        for (partitions, result) in futures::future::join_all(requests).await {
+            match result {
+                Ok(chunks) => out.extend(chunks),
+                Err(e) => {
+                    for &(partition, _) in partitions {
+                        out.push((partition, Err(e.clone())));
+                    }
+                    last_error = Some(e);
+                }
+            }
+        }
+        if out.iter().all(|(_, r)| r.is_err())
+            && let Some(e) = last_error
+        {
+            return Err(e);
+        }
+        Ok(out)
+    }
+
+    async fn fetch_from(
+        &self,
+        addr: &str,
+        topic: &str,
+        partitions: &[(i32, i64)],
+        max_wait: Duration,
+        partition_max_bytes: i32,
+        timeout: Duration,
+    ) -> Result<Vec<(i32, Result<FetchChunk, KafkaError>)>, KafkaError> {
         let request = FetchRequest::default()
             .with_replica_id(kafka_protocol::messages::BrokerId(-1))
             .with_max_wait_ms(i32::try_from(max_wait.as_millis()).unwrap_or(i32::MAX))
             .with_min_bytes(1)
-            .with_max_bytes(max_bytes)
+            .with_max_bytes(partition_max_bytes.saturating_mul(partitions.len().min(16) as i32))
             .with_isolation_level(READ_COMMITTED)
             .with_session_id(0)
             .with_session_epoch(-1)
             .with_topics(vec![
                 FetchTopic::default()
                     .with_topic(TopicName(StrBytes::from_string(topic.to_owned())))
-                    .with_partitions(vec![
-                        FetchPartition::default()
-                            .with_partition(partition)
-                            .with_current_leader_epoch(-1)
-                            .with_fetch_offset(offset)
-                            .with_last_fetched_epoch(-1)
-                            .with_log_start_offset(-1)
-                            .with_partition_max_bytes(max_bytes),
-                    ]),
+                    .with_partitions(
+                        partitions
+                            .iter()
+                            .map(|&(partition, offset)| {
+                                FetchPartition::default()
+                                    .with_partition(partition)
+                                    .with_current_leader_epoch(-1)
+                                    .with_fetch_offset(offset)
+                                    .with_last_fetched_epoch(-1)
+                                    .with_log_start_offset(-1)
+                                    .with_partition_max_bytes(partition_max_bytes)
+                            })
+                            .collect(),
+                    ),
             ]);
-        let result = self
-            .call_at(&leader.addr, &request, timeout + max_wait)
-            .await;
+        let result = self.call_at(addr, &request, timeout + max_wait).await;
         let (response, _) = match result {
             Ok(r) => r,
             Err(e) => {
@@ -146,44 +225,59 @@ impl KafkaClient {
         if response.error_code != 0 {
             return Err(KafkaError::broker("Fetch", response.error_code, None));
         }
-        let data = response
+        let mut data: std::collections::HashMap<i32, _> = response
             .responses
             .into_iter()
             .flat_map(|t| t.partitions)
-            .find(|p| p.partition_index == partition)
-            .ok_or_else(|| KafkaError::Protocol {
-                addr: leader.addr.clone(),
-                reason: format!("Fetch answered nothing for {topic}-{partition}"),
-            })?;
-        if data.error_code != 0 {
-            let err = KafkaError::broker("Fetch", data.error_code, None);
-            if err.needs_metadata_refresh() {
-                self.invalidate_topic(topic);
-            }
-            return Err(err);
-        }
-        let aborted: Vec<(i64, i64)> = data
-            .aborted_transactions
-            .unwrap_or_default()
-            .iter()
-            .map(|a| (a.producer_id.0, a.first_offset))
+            .map(|p| (p.partition_index, p))
             .collect();
-        let visible = match &data.records {
-            Some(bytes) => {
-                visible_records(bytes, &aborted, offset).map_err(|reason| KafkaError::Protocol {
-                    addr: leader.addr.clone(),
-                    reason: format!("{topic}-{partition}: {reason}"),
-                })?
+        let mut out = Vec::with_capacity(partitions.len());
+        for &(partition, offset) in partitions {
+            let Some(data) = data.remove(&partition) else {
+                out.push((
+                    partition,
+                    Err(KafkaError::Protocol {
+                        addr: addr.to_owned(),
+                        reason: format!("Fetch answered nothing for {topic}-{partition}"),
+                    }),
+                ));
+                continue;
+            };
+            if data.error_code != 0 {
+                let err = KafkaError::broker("Fetch", data.error_code, None);
+                if err.needs_metadata_refresh() {
+                    self.invalidate_topic(topic);
+                }
+                out.push((partition, Err(err)));
+                continue;
             }
-            None => Default::default(),
-        };
-        Ok(FetchChunk {
-            records: visible.records,
-            next_offset: visible.next_offset,
-            last_stable_offset: data.last_stable_offset,
-            high_watermark: data.high_watermark,
-            log_start_offset: data.log_start_offset,
-        })
+            let aborted: Vec<(i64, i64)> = data
+                .aborted_transactions
+                .unwrap_or_default()
+                .iter()
+                .map(|a| (a.producer_id.0, a.first_offset))
+                .collect();
+            let visible = match &data.records {
+                Some(bytes) => visible_records(bytes, &aborted, offset).map_err(|reason| {
+                    KafkaError::Protocol {
+                        addr: addr.to_owned(),
+                        reason: format!("{topic}-{partition}: {reason}"),
+                    }
+                }),
+                None => Ok(Default::default()),
+            };
+            out.push((
+                partition,
+                visible.map(|visible| FetchChunk {
+                    records: visible.records,
+                    next_offset: visible.next_offset,
+                    last_stable_offset: data.last_stable_offset,
+                    high_watermark: data.high_watermark,
+                    log_start_offset: data.log_start_offset,
+                }),
+            ));
+        }
+        Ok(out)
     }
 
     /// Reads a partition with read_committed from `from` up to the last

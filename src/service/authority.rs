@@ -82,7 +82,7 @@ pub fn parse_token(text: &str) -> Result<FencingToken, Problem> {
     text.parse::<FencingToken>().map_err(|e| {
         Problem::invalid(
             "token",
-            format!("{e}; expected <producer id>:<producer epoch>, e.g. 4000:7"),
+            format!("{e}; a token looks like 4000:7 (<producer id>:<producer epoch>)"),
         )
     })
 }
@@ -259,10 +259,36 @@ fn problem_label(problem: &Problem) -> &'static str {
 }
 
 /// One item of a batch check.
-#[derive(Debug, Deserialize)]
+#[derive(Debug)]
 pub struct CheckItem {
     role: Option<String>,
     token: Option<String>,
+}
+
+impl CheckItem {
+    /// An item must be a JSON object whose `role` and `token` are strings
+    /// (a missing or null one is that item's own 400). Anything else — an
+    /// array, a number where a string belongs — fails the whole request.
+    fn from_json(index: usize, item: serde_json::Value) -> Result<CheckItem, Problem> {
+        let serde_json::Value::Object(fields) = item else {
+            return Err(Problem::invalid(
+                "body",
+                format!("item {index} is not an object {{\"role\": ..., \"token\": ...}}"),
+            ));
+        };
+        let text = |name: &str| match fields.get(name) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(Problem::invalid(
+                "body",
+                format!("item {index}: {name} must be a string"),
+            )),
+        };
+        Ok(CheckItem {
+            role: text("role")?,
+            token: text("token")?,
+        })
+    }
 }
 
 /// One answer of a batch check: a verdict, or the problem of that item.
@@ -321,7 +347,7 @@ pub async fn post_check(
         }
         Err(e) => return Problem::invalid("body", e.body_text()).into_response(),
     };
-    let items: Vec<CheckItem> = match serde_json::from_slice(&body) {
+    let items: Vec<serde_json::Value> = match serde_json::from_slice(&body) {
         Ok(items) => items,
         Err(e) => {
             return Problem::invalid(
@@ -330,6 +356,15 @@ pub async fn post_check(
             )
             .into_response();
         }
+    };
+    let items: Vec<CheckItem> = match items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| CheckItem::from_json(i, item))
+        .collect()
+    {
+        Ok(items) => items,
+        Err(problem) => return problem.into_response(),
     };
     if items.len() > state.config.max_check_items {
         return Problem::too_large(format!(

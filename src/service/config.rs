@@ -19,9 +19,31 @@ pub struct ServeArgs {
     #[arg(long, env = "KRABKA_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: String,
 
-    /// How long a roster view is served before the partition is read again.
+    /// How stale a roster view may get: the longest wait of the watcher's
+    /// long-poll fetches, after which a view is read again.
     #[arg(long, env = "KRABKA_ROSTER_TTL", default_value = "1s", value_parser = parse_duration)]
     pub roster_ttl: Duration,
+
+    /// How often the coordinator is asked for the current pair of every role.
+    #[arg(long, env = "KRABKA_POLL_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub poll_interval: Duration,
+
+    /// The window over which failovers count towards `flapping`.
+    #[arg(long, env = "KRABKA_STATUS_WINDOW", default_value = "10m", value_parser = parse_duration)]
+    pub status_window: Duration,
+
+    /// More failovers than this within the status window is `flapping`.
+    #[arg(long, env = "KRABKA_FLAPPING_THRESHOLD", default_value_t = 3)]
+    pub flapping_threshold: usize,
+
+    /// Most roles with per-role metric series; the rest are counted in
+    /// krabka_role_series_omitted_total.
+    #[arg(long, env = "KRABKA_MAX_ROLE_SERIES", default_value_t = 1000)]
+    pub max_role_series: usize,
+
+    /// Changes kept per role for resuming event streams.
+    #[arg(long, env = "KRABKA_EVENT_HISTORY", default_value_t = 128)]
+    pub event_history: usize,
 
     /// Limit on answering one HTTP request; an authority check that cannot
     /// ask the coordinator in time answers 503.
@@ -58,6 +80,11 @@ pub struct ServeArgs {
     #[arg(long, env = "KRABKA_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
 
+    /// On SIGTERM, how long to keep serving with /readyz answering 503
+    /// before closing the listener, so load balancers stop sending first.
+    #[arg(long, env = "KRABKA_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+
     /// How long a shutdown waits for requests in flight.
     #[arg(long, env = "KRABKA_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
@@ -76,8 +103,18 @@ pub struct ServiceConfig {
     pub topic: String,
     /// Where to listen.
     pub listen: SocketAddr,
-    /// Roster view time to live.
+    /// Roster view staleness bound (the long-poll wait).
     pub roster_ttl: Duration,
+    /// Coordinator poll interval.
+    pub poll_interval: Duration,
+    /// Status window.
+    pub status_window: Duration,
+    /// Flapping threshold.
+    pub flapping_threshold: usize,
+    /// Per-role series limit.
+    pub max_role_series: usize,
+    /// Events kept per role.
+    pub event_history: usize,
     /// HTTP request limit.
     pub request_timeout: Duration,
     /// Most ids per DescribeTransactions.
@@ -92,6 +129,8 @@ pub struct ServiceConfig {
     pub max_check_items: usize,
     /// Largest body.
     pub max_body_bytes: usize,
+    /// Serving on, not ready, before the listener closes.
+    pub shutdown_delay: Duration,
     /// Shutdown drain limit.
     pub drain_timeout: Duration,
     /// Retry-After of a 503, whole seconds (at least 1).
@@ -120,6 +159,16 @@ impl ServeArgs {
         if self.max_body_bytes < 1024 {
             return Err("--max-body-bytes must be at least 1024".into());
         }
+        if self.roster_ttl < Duration::from_millis(10) || self.roster_ttl > Duration::from_secs(60)
+        {
+            return Err("--roster-ttl must be between 10ms and 60s".into());
+        }
+        if self.poll_interval < Duration::from_millis(100) {
+            return Err("--poll-interval must be at least 100ms".into());
+        }
+        if self.status_window.is_zero() {
+            return Err("--status-window must be positive".into());
+        }
         if self.superseded_cache_capacity == 0 {
             return Err("--superseded-cache-capacity must be at least 1".into());
         }
@@ -128,6 +177,11 @@ impl ServeArgs {
             topic: self.kafka.topic.clone(),
             listen,
             roster_ttl: self.roster_ttl,
+            poll_interval: self.poll_interval,
+            status_window: self.status_window,
+            flapping_threshold: self.flapping_threshold,
+            max_role_series: self.max_role_series,
+            event_history: self.event_history,
             request_timeout: self.request_timeout,
             max_describe_batch: self.max_describe_batch,
             describe_batching: self.describe_batching,
@@ -135,6 +189,7 @@ impl ServeArgs {
             challenge_stagger: self.challenge_stagger,
             max_check_items: self.max_check_items,
             max_body_bytes: self.max_body_bytes,
+            shutdown_delay: self.shutdown_delay,
             drain_timeout: self.drain_timeout,
             retry_after_secs: self.retry_after.as_secs().max(1),
         })
@@ -149,6 +204,11 @@ impl ServiceConfig {
             topic: crate::kafka::DEFAULT_TOPIC.to_owned(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             roster_ttl: Duration::from_secs(1),
+            poll_interval: Duration::from_secs(5),
+            status_window: Duration::from_secs(600),
+            flapping_threshold: 3,
+            max_role_series: 1000,
+            event_history: 128,
             request_timeout: Duration::from_secs(5),
             max_describe_batch: 500,
             describe_batching: true,
@@ -156,6 +216,7 @@ impl ServiceConfig {
             challenge_stagger: Duration::from_secs(5),
             max_check_items: 1000,
             max_body_bytes: 1024 * 1024,
+            shutdown_delay: Duration::ZERO,
             drain_timeout: Duration::from_secs(10),
             retry_after_secs: 1,
         }

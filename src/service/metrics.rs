@@ -29,8 +29,6 @@ pub struct Metrics {
     pub superseded_cache_hits: IntCounter,
     /// Entries in the superseded cache.
     pub superseded_cache_entries: IntGauge,
-    /// Partition reads of the roster views, by outcome.
-    pub roster_refreshes: IntCounterVec,
     /// Records of the topic that did not decode, by part.
     pub malformed_records: IntCounterVec,
     /// Constant 1, labelled with the version.
@@ -94,13 +92,6 @@ impl Metrics {
             "krabka_superseded_cache_entries",
             "Superseded (role, token) pairs in the cache.",
         )?;
-        let roster_refreshes = IntCounterVec::new(
-            Opts::new(
-                "krabka_roster_refreshes_total",
-                "Partition reads of the roster views, by outcome.",
-            ),
-            &["outcome"],
-        )?;
         let malformed_records = IntCounterVec::new(
             Opts::new(
                 "krabka_state_malformed_records_total",
@@ -120,7 +111,6 @@ impl Metrics {
             Box::new(kafka_request_duration.clone()),
             Box::new(superseded_cache_hits.clone()),
             Box::new(superseded_cache_entries.clone()),
-            Box::new(roster_refreshes.clone()),
             Box::new(malformed_records.clone()),
             Box::new(build_info.clone()),
         ] {
@@ -148,7 +138,6 @@ impl Metrics {
             kafka_request_duration,
             superseded_cache_hits,
             superseded_cache_entries,
-            roster_refreshes,
             malformed_records,
             build_info,
         })

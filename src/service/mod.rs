@@ -9,12 +9,16 @@ pub mod describer;
 pub mod metrics;
 pub mod ops;
 pub mod problem;
-pub mod roster;
+pub mod role_metrics;
 pub mod router;
 pub mod server;
 pub mod state;
+pub mod status;
+pub mod status_page;
+pub mod stream;
 pub mod verdict;
 pub mod views;
+pub mod watcher;
 
 pub use config::{ServeArgs, ServiceConfig};
 pub use router::{ROUTES, router};

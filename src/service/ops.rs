@@ -20,7 +20,14 @@ pub async fn healthz() -> Response {
 
 /// `GET /readyz`: Kafka reachable, topic present, views caught up.
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
-    match state.readiness.reason() {
+    let shutting_down = state
+        .shutting_down
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .then(|| "shutting down".to_owned());
+    match shutting_down
+        .or_else(|| state.readiness.reason())
+        .or_else(|| state.watcher.not_ready())
+    {
         None => Json(json!({ "status": "ready" })).into_response(),
         Some(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -48,4 +55,128 @@ pub async fn openapi() -> Response {
         HeaderValue::from_static("application/yaml"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use yaml_rust2::{Yaml, YamlLoader};
+
+    use super::OPENAPI_YAML;
+    use crate::service::router::ROUTES;
+
+    /// The HTTP methods a path item may hold (OpenAPI 3.1, "Path Item Object").
+    const METHODS: [&str; 8] = [
+        "get", "put", "post", "delete", "options", "head", "patch", "trace",
+    ];
+
+    fn document() -> Yaml {
+        let mut docs =
+            YamlLoader::load_from_str(OPENAPI_YAML).expect("openapi/openapi.yaml is YAML");
+        assert_eq!(
+            docs.len(),
+            1,
+            "openapi/openapi.yaml must hold exactly one YAML document"
+        );
+        docs.remove(0)
+    }
+
+    fn text(key: &Yaml) -> String {
+        match key {
+            Yaml::String(s) => s.clone(),
+            Yaml::Integer(i) => i.to_string(),
+            Yaml::Real(r) => r.clone(),
+            other => panic!("unexpected key {other:?}"),
+        }
+    }
+
+    /// Every (METHOD, path) of the document's `paths`.
+    fn documented_operations(doc: &Yaml) -> BTreeSet<(String, String)> {
+        let paths = doc["paths"]
+            .as_hash()
+            .expect("the document has a `paths` map");
+        let mut operations = BTreeSet::new();
+        for (path, item) in paths {
+            let path = text(path);
+            let item = item
+                .as_hash()
+                .unwrap_or_else(|| panic!("paths.{path} is not a path item map"));
+            for (key, _) in item {
+                let key = text(key);
+                if METHODS.contains(&key.as_str()) {
+                    operations.insert((key.to_uppercase(), path.clone()));
+                }
+            }
+        }
+        operations
+    }
+
+    #[test]
+    fn the_document_is_openapi_3_1() {
+        let doc = document();
+        let version = match &doc["openapi"] {
+            Yaml::String(s) => s.clone(),
+            other => panic!("`openapi` must be a version string such as 3.1.0, not {other:?}"),
+        };
+        let parts: Vec<&str> = version.split('.').collect();
+        assert!(
+            parts.len() == 3
+                && parts[0] == "3"
+                && parts[1] == "1"
+                && parts[2].parse::<u32>().is_ok(),
+            "`openapi` is {version:?}; the document must be OpenAPI 3.1.x"
+        );
+    }
+
+    #[test]
+    fn documented_operations_are_exactly_the_routes() {
+        let documented = documented_operations(&document());
+        let routed: BTreeSet<(String, String)> = ROUTES
+            .iter()
+            .map(|(method, path)| ((*method).to_owned(), (*path).to_owned()))
+            .collect();
+        assert_eq!(
+            routed.len(),
+            ROUTES.len(),
+            "ROUTES lists an operation twice"
+        );
+        let undocumented: Vec<_> = routed.difference(&documented).collect();
+        let unrouted: Vec<_> = documented.difference(&routed).collect();
+        assert!(
+            undocumented.is_empty() && unrouted.is_empty(),
+            "openapi/openapi.yaml and router::ROUTES disagree:\n  routed but not documented: {undocumented:?}\n  documented but not routed: {unrouted:?}"
+        );
+    }
+
+    #[test]
+    fn every_operation_documents_a_response() {
+        let doc = document();
+        let paths = doc["paths"]
+            .as_hash()
+            .expect("the document has a `paths` map");
+        let mut checked = 0;
+        for (path, item) in paths {
+            let path = text(path);
+            let Some(item) = item.as_hash() else { continue };
+            for (method, operation) in item {
+                let method = text(method);
+                if !METHODS.contains(&method.as_str()) {
+                    continue;
+                }
+                let responses = operation["responses"].as_hash();
+                assert!(
+                    responses.is_some_and(|r| !r.is_empty()),
+                    "{} {path} documents no response",
+                    method.to_uppercase()
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(
+            checked,
+            documented_operations(&doc).len(),
+            "not every operation was checked"
+        );
+    }
 }

@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderValue, Request, StatusCode};
+use axum::http::{HeaderValue, Request};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tower::ServiceBuilder;
@@ -15,12 +16,11 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
-use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use super::problem::Problem;
 use super::state::AppState;
-use super::{authority, ops, views};
+use super::{authority, ops, status_page, stream, views};
 
 /// Every route as `(method, path)`, in the OpenAPI document's notation; a
 /// test holds the document to this list.
@@ -33,6 +33,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/readyz"),
     ("GET", "/metrics"),
     ("GET", "/openapi.yaml"),
+    ("GET", "/"),
+    ("GET", "/roles/{role}/events"),
 ];
 
 /// Request ids: a per-process prefix and a counter, unique and cheap.
@@ -76,8 +78,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         next: Arc::default(),
     };
     let timeout = state.config.request_timeout + Duration::from_secs(1);
+    let retry_after = state.config.retry_after_secs;
     let body_limit = state.config.max_body_bytes;
-    Router::new()
+    // Answers bounded in time; the event stream is not.
+    let answers = Router::new()
         .route("/roles/{role}/authority", get(authority::get_authority))
         .route("/authority/check", post(authority::post_check))
         .route("/roles", get(views::list_roles))
@@ -86,6 +90,23 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.yaml", get(ops::openapi))
+        .route("/", get(status_page::page))
+        // A safety net: handlers keep their own deadlines, within this one.
+        .layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(
+                    move |_: tower::BoxError| async move {
+                        Problem::unavailable(
+                            format!("the request took longer than {timeout:?}"),
+                            retry_after,
+                        )
+                    },
+                ))
+                .timeout(timeout),
+        );
+    Router::new()
+        .merge(answers)
+        .route("/roles/{role}/events", get(stream::role_events))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
@@ -103,8 +124,7 @@ pub fn router(state: Arc<AppState>) -> Router {
                     }),
                 )
                 .layer(PropagateRequestIdLayer::x_request_id())
-                .layer(CatchPanicLayer::custom(panicked))
-                .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, timeout)),
+                .layer(CatchPanicLayer::custom(panicked)),
         )
         .with_state(state)
 }

@@ -49,16 +49,30 @@ pub async fn run(
 ) -> Result<(), ServeError> {
     let local = listener.local_addr().map_err(ServeError::Serve)?;
     tracing::info!(addr = %local, topic = %state.config.topic, "serving");
+    let watcher = tokio::spawn(state.watcher.clone().run());
     let prober = tokio::spawn(state.clone().probe_forever(PROBE_INTERVAL));
     let drain = state.config.drain_timeout;
+    let delay = state.config.shutdown_delay;
     let mut signal = shutdown.clone();
+    let shutting = state.clone();
     let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
         let _ = signal.wait_for(|s| *s).await;
+        shutting
+            .shutting_down
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if !delay.is_zero() {
+            tracing::info!(
+                ?delay,
+                "shutting down: not ready; still serving for the shutdown delay"
+            );
+            tokio::time::sleep(delay).await;
+        }
         tracing::info!("shutting down: no new connections; draining requests in flight");
+        shutting.closing.send_replace(true);
     });
     let drained = async {
         let _ = shutdown.wait_for(|s| *s).await;
-        tokio::time::sleep(drain).await;
+        tokio::time::sleep(delay + drain).await;
     };
     let result = tokio::select! {
         result = server => result.map_err(ServeError::Serve),
@@ -68,5 +82,6 @@ pub async fn run(
         }
     };
     prober.abort();
+    watcher.abort();
     result
 }

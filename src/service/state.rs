@@ -8,7 +8,7 @@ use moka::future::Cache;
 use super::config::ServiceConfig;
 use super::describer::Describer;
 use super::metrics::Metrics;
-use super::roster::Rosters;
+use super::watcher::{Watcher, WatcherConfig};
 use crate::coordination::FencingToken;
 use crate::kafka::{KafkaClient, KafkaError};
 use crate::leadership::{Clock, SystemClock};
@@ -68,14 +68,19 @@ pub struct AppState {
     pub describer: Arc<Describer>,
     /// Superseded (role, token) pairs.
     pub superseded: Cache<(String, FencingToken), SupersededBy>,
-    /// Roster views of the topic.
-    pub rosters: Rosters,
+    /// The watcher of the topic: roster views, per-role metrics, events.
+    pub watcher: Arc<Watcher>,
     /// The metrics registry.
     pub metrics: Arc<Metrics>,
     /// The service clock.
     pub clock: Arc<dyn Clock>,
     /// The readiness probe's last result.
     pub readiness: Readiness,
+    /// Flips to true when the listener closes; long-lived streams end then.
+    pub closing: tokio::sync::watch::Sender<bool>,
+    /// True from SIGTERM on: /readyz answers 503 while the service still
+    /// serves for the shutdown delay.
+    pub shutting_down: std::sync::atomic::AtomicBool,
 }
 
 impl AppState {
@@ -86,12 +91,7 @@ impl AppState {
             Arc::new(Metrics::new().map_err(|e| KafkaError::Invalid(format!("metrics: {e}")))?);
         config.client.observer = Some(metrics.clone());
         let client = KafkaClient::new(config.client.clone())?;
-        Ok(Self::with_client(
-            config,
-            client,
-            metrics,
-            Arc::new(SystemClock),
-        ))
+        Self::with_client(config, client, metrics, Arc::new(SystemClock))
     }
 
     /// Builds the state around an existing client and clock.
@@ -100,7 +100,7 @@ impl AppState {
         client: KafkaClient,
         metrics: Arc<Metrics>,
         clock: Arc<dyn Clock>,
-    ) -> Arc<AppState> {
+    ) -> Result<Arc<AppState>, KafkaError> {
         let describer = Arc::new(Describer::new(
             client.clone(),
             config.describe_batching,
@@ -110,40 +110,53 @@ impl AppState {
         let superseded = Cache::builder()
             .max_capacity(config.superseded_cache_capacity)
             .build();
-        let rosters = Rosters::new(
+        // Its own connections: its long-poll fetches would otherwise hold up
+        // the checks' requests (a broker answers a connection in order).
+        let fetcher = KafkaClient::new(client.config().clone())?;
+        let watcher = Watcher::new(
             client.clone(),
-            config.topic.clone(),
-            config.roster_ttl,
+            fetcher,
+            WatcherConfig {
+                topic: config.topic.clone(),
+                long_poll: config.roster_ttl,
+                poll_interval: config.poll_interval,
+                stagger_ms: i64::try_from(config.challenge_stagger.as_millis()).unwrap_or(i64::MAX),
+                status_window: config.status_window,
+                flapping_threshold: config.flapping_threshold,
+                history: config.event_history,
+                max_describe_batch: config.max_describe_batch,
+            },
             clock.clone(),
             metrics.clone(),
-        );
-        Arc::new(AppState {
+            config.max_role_series,
+        )
+        .map_err(|e| KafkaError::Invalid(format!("metrics: {e}")))?;
+        Ok(Arc::new(AppState {
             config,
             client,
             describer,
             superseded,
-            rosters,
+            watcher: Arc::new(watcher),
             metrics,
             clock,
             readiness: Readiness {
                 not_ready: Mutex::new(Some("starting".into())),
             },
-        })
+            closing: tokio::sync::watch::Sender::new(false),
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
+        }))
     }
 
     /// One readiness probe: the broker answers metadata for the topic, the
-    /// topic is there, and every partition's view was read to its LSO.
+    /// topic is there, and the watcher has caught up on every partition.
     pub async fn probe(&self) {
         let reason = match self.client.partition_count(&self.config.topic).await {
             Err(e) => Some(format!("Kafka: {e}")),
-            Ok(count) if self.rosters.partitions().is_some_and(|p| p != count) => Some(format!(
+            Ok(count) if self.watcher.partitions().is_some_and(|p| p != count) => Some(format!(
                 "the topic now has {count} partitions, not {}; restart the service",
-                self.rosters.partitions().unwrap_or_default()
+                self.watcher.partitions().unwrap_or_default()
             )),
-            Ok(_) => match self.rosters.load_all().await {
-                Ok(()) => None,
-                Err(e) => Some(format!("roster views: {e}")),
-            },
+            Ok(_) => self.watcher.not_ready(),
         };
         self.readiness.set(reason);
     }

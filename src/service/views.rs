@@ -12,8 +12,9 @@ use serde::Serialize;
 
 use super::authority::validate_role;
 use super::problem::Problem;
-use super::roster::RoleView;
 use super::state::AppState;
+use super::status::RoleStatus;
+use super::watcher::{CoordinatorView, RoleView};
 use crate::coordination::{FencingToken, challenge_at, challenge_rank};
 use crate::leadership::rfc3339_ms;
 
@@ -91,6 +92,13 @@ pub struct RosterView {
     pub lease: Option<LeaseView>,
     /// The members that would challenge next, in order.
     pub challengers: Vec<ChallengerView>,
+    /// The role's status; absent outside the service.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<RoleStatus>,
+    /// Failovers within the status window.
+    pub failovers_in_window: usize,
+    /// What the coordinator said at its last poll; `null` before the first.
+    pub coordinator: Option<CoordinatorView>,
     /// The view's staleness.
     pub view: Staleness,
 }
@@ -113,6 +121,11 @@ pub struct RoleSummary {
     pub expired: bool,
     /// Registered members.
     pub candidates: usize,
+    /// The role's status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<RoleStatus>,
+    /// Failovers within the status window.
+    pub failovers_in_window: usize,
     /// Milliseconds since the role's partition was read.
     pub age_ms: u64,
 }
@@ -166,6 +179,9 @@ pub fn roster(view: &RoleView, now_ms: i64, stagger_ms: i64) -> RosterView {
         members,
         lease,
         challengers,
+        status: view.status,
+        failovers_in_window: view.failovers_in_window,
+        coordinator: view.coordinator.clone(),
         view: staleness(view),
     }
 }
@@ -183,10 +199,10 @@ fn view_headers(headers: &mut HeaderMap, offset: i64, age_ms: u64) {
     headers.insert("x-krabka-view-age-ms", HeaderValue::from(age_ms));
 }
 
-fn unavailable(state: &AppState, e: &crate::kafka::KafkaError) -> Problem {
-    tracing::warn!(error = %e, "roster view unavailable");
+fn unavailable(state: &AppState, why: &str) -> Problem {
+    tracing::warn!(reason = %why, "roster view unavailable");
     Problem::unavailable(
-        format!("the coordination topic could not be read: {e}"),
+        format!("the roster views are not ready: {why}"),
         state.config.retry_after_secs,
     )
 }
@@ -203,7 +219,7 @@ pub async fn get_role(
     if let Err(problem) = validate_role(&role) {
         return problem.into_response();
     }
-    match state.rosters.role(&role).await {
+    match state.watcher.role(&role) {
         Ok(Some(view)) => {
             let stagger = state.config.challenge_stagger.as_millis() as i64;
             let body = roster(&view, state.clock.now_ms(), stagger);
@@ -221,7 +237,7 @@ pub async fn get_role(
 
 /// `GET /roles`.
 pub async fn list_roles(State(state): State<Arc<AppState>>) -> Response {
-    match state.rosters.all().await {
+    match state.watcher.all() {
         Ok(views) => {
             let now = state.clock.now_ms();
             let oldest = views.iter().map(|v| v.age).max().unwrap_or_default();
@@ -237,6 +253,8 @@ pub async fn list_roles(State(state): State<Arc<AppState>>) -> Response {
                         deadline: lease.map(|l| rfc3339_ms(l.deadline)),
                         expired: lease.is_some_and(|l| now >= l.deadline),
                         candidates: v.state.members().len(),
+                        status: v.status,
+                        failovers_in_window: v.failovers_in_window,
                         age_ms: v.age.as_millis() as u64,
                     }
                 })

@@ -15,3 +15,5 @@ mod kafka_transport;
 mod leadership;
 mod service;
 mod split_brain;
+mod status_page;
+mod watcher;

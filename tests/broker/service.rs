@@ -19,7 +19,8 @@ use crate::leadership::fast_options;
 
 pub struct Service {
     pub url: String,
-    _stop: watch::Sender<bool>,
+    pub stop: watch::Sender<bool>,
+    pub done: tokio::task::JoinHandle<Result<(), krabka_authority::service::ServeError>>,
 }
 
 pub fn config(bootstrap: &str, topic: &str) -> ServiceConfig {
@@ -39,8 +40,8 @@ pub async fn start(config: ServiceConfig) -> Service {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (stop, rx) = watch::channel(false);
-    tokio::spawn(service::run(listener, state, rx));
-    Service { url, _stop: stop }
+    let done = tokio::spawn(service::run(listener, state, rx));
+    Service { url, stop, done }
 }
 
 pub async fn get(url: &str) -> (u16, Value, reqwest::header::HeaderMap) {
@@ -448,4 +449,48 @@ async fn with_the_broker_down_checks_answer_503_and_recover_without_a_restart() 
     .await;
     eprintln!("recovered after {:?}: {recovered}", started.elapsed());
     assert_eq!(recovered["verdict"], "authoritative");
+}
+
+#[tokio::test]
+async fn sigterm_turns_not_ready_then_drains_and_stops() {
+    let topic = topic(1).await;
+    let mut config = config(&bootstrap(), &topic);
+    config.shutdown_delay = Duration::from_millis(1500);
+    config.drain_timeout = Duration::from_secs(2);
+    let service = start(config).await;
+    eventually(|| async { (get(&format!("{}/readyz", service.url)).await.0 == 200).then_some(()) })
+        .await;
+    let stream = reqwest::get(format!("{}/roles/{}/events", service.url, unique("sse")))
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+
+    let asked = Instant::now();
+    service.stop.send_replace(true);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Still serving during the delay, but not ready.
+    let (status, body, _) = get(&format!("{}/readyz", service.url)).await;
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (503, Some("shutting down")),
+        "{body}"
+    );
+    assert_eq!(get(&format!("{}/healthz", service.url)).await.0, 200);
+    // The open event stream ends once the listener closes; then run() returns.
+    let ended = tokio::time::timeout(Duration::from_secs(6), stream.bytes()).await;
+    assert!(ended.is_ok(), "the event stream ended");
+    tokio::time::timeout(Duration::from_secs(6), service.done)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let took = asked.elapsed();
+    eprintln!("shutdown took {took:?} (delay 1.5 s)");
+    assert!(took >= Duration::from_millis(1500), "{took:?}");
+    assert!(
+        reqwest::get(format!("{}/healthz", service.url))
+            .await
+            .is_err(),
+        "no new connections"
+    );
 }

@@ -1,0 +1,58 @@
+# syntax=docker/dockerfile:1
+#
+# The krabka-authority service image.
+#
+#   docker build -t krabka-authority:0.1.0 .
+#   docker run --rm -p 8080:8080 -e KRABKA_BOOTSTRAP_SERVERS=kafka:9092 krabka-authority:0.1.0
+#
+# Every setting is a KRABKA_* environment variable (README.md, Configuration).
+# The image holds the binary alone: no shell, no package manager.
+
+# ---- build -----------------------------------------------------------------
+# The slim Rust image has gcc and libc6-dev, which zstd-sys and lz4-sys
+# (C code, via kafka-protocol) need. Bookworm, to match the runtime's glibc.
+FROM rust:1.94.1-slim-bookworm AS builder
+WORKDIR /build
+
+# Dependencies first: this layer is reused until Cargo.toml or Cargo.lock
+# changes. `cargo fetch` needs only the manifest and the lock file.
+COPY Cargo.toml Cargo.lock ./
+RUN cargo fetch --locked
+
+# The sources. README.md (crate docs) and openapi/openapi.yaml (served at
+# /openapi.yaml) are compiled into the binary with include_str!.
+COPY README.md ./
+COPY openapi ./openapi
+COPY src ./src
+
+# The target directory is a BuildKit cache: a rebuild after a source change
+# recompiles the crate, not its dependencies. It is not part of the layer, so
+# the binary is copied out in the same step.
+RUN --mount=type=cache,target=/build/target,sharing=locked \
+    cargo build --release --locked --offline --bin krabka-authority \
+    && cp target/release/krabka-authority /krabka-authority
+
+# ---- runtime ---------------------------------------------------------------
+# glibc and libgcc_s (all the binary links), CA certificates, a nonroot user
+# (65532). To pin the exact bytes, append the digest:
+#   docker buildx imagetools inspect gcr.io/distroless/cc-debian12:nonroot
+FROM gcr.io/distroless/cc-debian12:nonroot
+
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="krabka-authority" \
+      org.opencontainers.image.description="Kafka-fenced leadership: authority checks, roster views and metrics over HTTP" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="gcr.io/distroless/cc-debian12:nonroot"
+
+COPY --from=builder /krabka-authority /krabka-authority
+
+USER 65532:65532
+# /healthz, /readyz, /metrics and the API, all on this one port (KRABKA_LISTEN).
+EXPOSE 8080
+# SIGTERM drains requests in flight for up to KRABKA_DRAIN_TIMEOUT (10s).
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/krabka-authority"]
+CMD ["serve"]

@@ -1,0 +1,189 @@
+//! `GET /`: a small server-rendered status page that refreshes itself:
+//! every role with its holder, token, lease countdown, candidates in rank
+//! order and status.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::state::AppState;
+use super::watcher::RoleView;
+
+/// Most roles listed on one page.
+const PAGE: usize = 500;
+
+/// Escapes text for HTML element content and attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn countdown(view: &RoleView, now_ms: i64) -> String {
+    match view.state.lease() {
+        None => "—".into(),
+        Some(l) if now_ms >= l.deadline => {
+            format!("expired {:.1} s ago", (now_ms - l.deadline) as f64 / 1000.0)
+        }
+        Some(l) => format!("{:.1} s left", (l.deadline - now_ms) as f64 / 1000.0),
+    }
+}
+
+fn row(out: &mut String, view: &RoleView, now_ms: i64) {
+    let state = &view.state;
+    let lease = state.lease();
+    let holder = lease
+        .map(|l| escape(&l.member))
+        .unwrap_or_else(|| "—".into());
+    let token = lease.map(|l| l.token.to_string()).unwrap_or_default();
+    let status = view.status.map_or("unknown", |s| s.as_str());
+    let candidates: Vec<String> = state
+        .members()
+        .iter()
+        .map(|m| {
+            let name = escape(&m.member);
+            if lease.is_some_and(|l| l.member == m.member) {
+                format!("<b>{name}</b>")
+            } else {
+                name
+            }
+        })
+        .collect();
+    let _ = write!(
+        out,
+        "<tr data-role=\"{role}\"><td class=\"role\">{role}</td><td><span class=\"status {status}\">{status}</span></td>\
+         <td class=\"holder\">{holder}</td><td><code>{token}</code></td><td class=\"lease\">{countdown}</td>\
+         <td class=\"candidates\">{candidates}</td><td class=\"num\">{failovers}</td></tr>",
+        role = escape(state.role()),
+        countdown = countdown(view, now_ms),
+        candidates = candidates.join(" → "),
+        failovers = view.failovers_in_window,
+    );
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1d1d1f}\
+table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.35rem .6rem;border-bottom:1px solid #ddd;vertical-align:top}\
+th{font-size:.8rem;text-transform:uppercase;color:#666}.num{text-align:right}code{font-size:.95em}\
+.status{padding:.1rem .45rem;border-radius:.6rem;font-size:.85rem}.stable{background:#d9f2dd}.flapping{background:#ffe6b3}\
+.leaderless,.vacant{background:#e8e8e8}.stuck{background:#ffd0d0}.muted{color:#777}";
+
+/// Renders the page for `views` at `now_ms`.
+pub fn render(
+    topic: &str,
+    views: Result<&[RoleView], &str>,
+    filter: Option<&str>,
+    now_ms: i64,
+) -> String {
+    let mut out = String::with_capacity(16 * 1024);
+    let _ = write!(
+        out,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"2\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>krabka-authority</title>\
+         <style>{STYLE}</style></head><body><h1>Roles</h1>"
+    );
+    match views {
+        Err(why) => {
+            let _ = write!(out, "<p class=\"muted\">Not ready: {}</p>", escape(why));
+        }
+        Ok(views) => {
+            let shown: Vec<&RoleView> = views
+                .iter()
+                .filter(|v| filter.is_none_or(|f| v.state.role().contains(f)))
+                .take(PAGE)
+                .collect();
+            let _ = write!(
+                out,
+                "<p class=\"muted\">Topic <code>{}</code> · {} roles{} · refreshes every 2 s · \
+                 <a href=\"/roles\">JSON</a> · <a href=\"/metrics\">metrics</a></p>",
+                escape(topic),
+                views.len(),
+                if shown.len() < views.len() {
+                    format!(", {} shown", shown.len())
+                } else {
+                    String::new()
+                },
+            );
+            out.push_str(
+                "<table><thead><tr><th>Role</th><th>Status</th><th>Holder</th><th>Token</th>\
+                 <th>Lease</th><th>Candidates in rank order</th><th class=\"num\">Failovers</th></tr></thead><tbody>",
+            );
+            for view in shown {
+                row(&mut out, view, now_ms);
+            }
+            out.push_str("</tbody></table>");
+        }
+    }
+    out.push_str("</body></html>");
+    out
+}
+
+/// `GET /`.
+pub async fn page(
+    State(state): State<Arc<AppState>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let views = state.watcher.all();
+    let html = render(
+        &state.config.topic,
+        views.as_deref().map_err(String::as_str),
+        query.get("q").map(String::as_str).filter(|q| !q.is_empty()),
+        state.clock.now_ms(),
+    );
+    let mut response = (StatusCode::OK, html).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordination::RoleState;
+
+    #[test]
+    fn escaping_covers_markup_and_quotes() {
+        assert_eq!(
+            escape("<a href='x'>&\"</a>"),
+            "&lt;a href=&#39;x&#39;&gt;&amp;&quot;&lt;/a&gt;"
+        );
+        assert_eq!(escape("plain ünïcödé"), "plain ünïcödé");
+    }
+
+    #[test]
+    fn role_names_cannot_inject_markup() {
+        let view = RoleView {
+            state: RoleState::new("<script>alert(1)</script>"),
+            partition: 0,
+            offset: 0,
+            age: std::time::Duration::ZERO,
+            refreshed_at_ms: 0,
+            status: None,
+            failovers_in_window: 0,
+            coordinator: None,
+        };
+        let html = render("t", Ok(&[view]), None, 0);
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    }
+}

@@ -1,0 +1,457 @@
+//! The watcher's metrics, statuses and event streams, with the leadership
+//! client driving real failovers on the real broker.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use krabka_authority::coordination::{Key, encode_key, role_partition};
+use krabka_authority::kafka::KafkaTransport;
+use krabka_authority::leadership::{Leadership, acquire};
+use krabka_authority::service::ServiceConfig;
+use krabka_authority::transport::{Coordinator, Registrar};
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::common::{bootstrap, client, eventually, topic, transport, unique};
+use crate::leadership::fast_options;
+use crate::service::{Service, config, get, start};
+
+pub fn watcher_config(topic: &str) -> ServiceConfig {
+    let mut config = config(&bootstrap(), topic);
+    config.roster_ttl = Duration::from_millis(200);
+    config.poll_interval = Duration::from_millis(300);
+    config
+}
+
+/// The value of one series of `name` with `labels`, or 0 when absent.
+pub async fn metric(service: &Service, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let (_, body, _) = get(&format!("{}/metrics", service.url)).await;
+    let text = body.as_str().unwrap().to_owned();
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .find(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+async fn ready(service: &Service) {
+    eventually(|| async {
+        let (status, _, _) = get(&format!("{}/readyz", service.url)).await;
+        (status == 200).then_some(())
+    })
+    .await;
+}
+
+async fn holds(topic: &str, role: &str, member: &str) -> Leadership<KafkaTransport> {
+    let t = Arc::new(transport(topic).await);
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        acquire(t, role, member, fast_options()),
+    )
+    .await
+    .expect("acquires in time")
+    .expect("acquires")
+}
+
+async fn view(service: &Service, role: &str) -> Value {
+    get(&format!("{}/roles/{role}", service.url)).await.1
+}
+
+#[tokio::test]
+async fn n_forced_failovers_count_n_and_renewals_count_nothing() {
+    let topic = topic(3).await;
+    let service = start(watcher_config(&topic)).await;
+    ready(&service).await;
+    let role = unique("failovers");
+    let mut holder = holds(&topic, &role, "m0").await;
+    eventually(|| async { (view(&service, &role).await["lease"]["member"] == "m0").then_some(()) })
+        .await;
+    // Renewals only: two lease durations.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        metric(&service, "krabka_role_failovers_total", &[("role", &role)]).await,
+        0.0
+    );
+
+    const N: usize = 4;
+    for i in 1..=N {
+        let next = format!("m{}", i % 2);
+        let t = Arc::new(transport(&topic).await);
+        let (r, n) = (role.clone(), next.clone());
+        let standby = tokio::spawn(async move { acquire(t, &r, &n, fast_options()).await });
+        eventually(|| async {
+            let v = view(&service, &role).await;
+            let members = v["members"].as_array().map_or(0, Vec::len);
+            (members == 2).then_some(())
+        })
+        .await;
+        holder.resign().await.unwrap();
+        holder = tokio::time::timeout(Duration::from_secs(10), standby)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(holder.member(), next);
+        tokio::time::sleep(Duration::from_millis(1200)).await; // a couple of renewals
+    }
+    let counted = eventually(|| async {
+        let n = metric(&service, "krabka_role_failovers_total", &[("role", &role)]).await;
+        (n >= N as f64 && view(&service, &role).await["lease"]["member"] == holder.member())
+            .then_some(n)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let counted_later = metric(&service, "krabka_role_failovers_total", &[("role", &role)]).await;
+    eprintln!("failovers counted: {counted} (then {counted_later}) for {N} forced failovers");
+    assert_eq!(
+        counted_later, N as f64,
+        "exactly one per failover, none for renewals"
+    );
+    assert_eq!(
+        metric(
+            &service,
+            "krabka_role_holder_info",
+            &[("role", &role), ("member", holder.member())]
+        )
+        .await,
+        1.0
+    );
+    let v = view(&service, &role).await;
+    assert_eq!(v["failoversInWindow"], N);
+    assert_eq!(v["status"], "flapping", "{v}");
+    assert!(metric(&service, "krabka_role_leaderless_seconds_count", &[]).await >= N as f64);
+}
+
+#[tokio::test]
+async fn a_challenger_that_mints_without_writing_is_an_epoch_change() {
+    let topic = topic(3).await;
+    let service = start(watcher_config(&topic)).await;
+    ready(&service).await;
+    let role = unique("epoch");
+    let holder = holds(&topic, &role, "a").await;
+    let token = holder.token();
+    eventually(|| async {
+        let id = metric(&service, "krabka_role_producer_epoch", &[("role", &role)]).await;
+        (id == f64::from(token.producer_epoch())).then_some(())
+    })
+    .await;
+    assert_eq!(
+        metric(
+            &service,
+            "krabka_role_epoch_changes_total",
+            &[("role", &role)]
+        )
+        .await,
+        0.0
+    );
+
+    let challenger = transport(&topic).await;
+    let minted = challenger
+        .acquire_epoch(&role, Duration::from_secs(2))
+        .await
+        .unwrap();
+    let changes = eventually(|| async {
+        let n = metric(
+            &service,
+            "krabka_role_epoch_changes_total",
+            &[("role", &role)],
+        )
+        .await;
+        (n >= 1.0).then_some(n)
+    })
+    .await;
+    assert_eq!(changes, 1.0);
+    assert_eq!(
+        metric(&service, "krabka_role_producer_epoch", &[("role", &role)]).await,
+        f64::from(minted.producer_epoch())
+    );
+    assert_eq!(
+        metric(&service, "krabka_role_failovers_total", &[("role", &role)]).await,
+        0.0
+    );
+    let v = view(&service, &role).await;
+    assert_eq!(v["coordinator"]["current"], minted.to_string());
+    // The old holder learns it at its next renewal.
+    tokio::time::timeout(Duration::from_secs(5), holder.done())
+        .await
+        .unwrap();
+    assert!(holder.err().unwrap().is_fenced());
+}
+
+#[tokio::test]
+async fn status_goes_stable_stuck_stable_across_a_silent_holder_and_a_late_standby() {
+    let topic = topic(3).await;
+    let service = start(watcher_config(&topic)).await;
+    ready(&service).await;
+    let role = unique("stuck");
+    let holder = holds(&topic, &role, "a").await;
+    // b registers but does not run yet: nobody will take over.
+    transport(&topic)
+        .await
+        .register(&role, "b", 0)
+        .await
+        .unwrap();
+    let status = || async {
+        view(&service, &role).await["status"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    eventually(|| async { (status().await == "stable").then_some(()) }).await;
+
+    drop(holder);
+    let stopped = Instant::now();
+    eventually(|| async { (status().await == "stuck").then_some(()) }).await;
+    eprintln!(
+        "stuck after {:?} (lease 2 s + one stagger of 0.5 s)",
+        stopped.elapsed()
+    );
+    assert!(stopped.elapsed() >= Duration::from_millis(2000));
+    // The series follow at the next coordinator poll.
+    eventually(|| async {
+        let stuck = metric(
+            &service,
+            "krabka_role_status",
+            &[("role", &role), ("status", "stuck")],
+        )
+        .await;
+        let expired = metric(&service, "krabka_role_lease_expired", &[("role", &role)]).await;
+        (stuck == 1.0 && expired == 1.0).then_some(())
+    })
+    .await;
+
+    let b = holds(&topic, &role, "b").await;
+    eventually(|| async { (status().await == "stable").then_some(()) }).await;
+    eventually(|| async {
+        let stable = metric(
+            &service,
+            "krabka_role_status",
+            &[("role", &role), ("status", "stable")],
+        )
+        .await;
+        // 0 also means the stuck series is gone.
+        let stuck = metric(
+            &service,
+            "krabka_role_status",
+            &[("role", &role), ("status", "stuck")],
+        )
+        .await;
+        (stable == 1.0 && stuck == 0.0).then_some(())
+    })
+    .await;
+    drop(b);
+}
+
+/// A minimal Server-Sent Events reader over a streaming response.
+struct Sse {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+#[derive(Debug, Clone)]
+struct SseEvent {
+    id: Option<i64>,
+    event: String,
+    data: Value,
+}
+
+impl Sse {
+    async fn open(url: &str, last_event_id: Option<i64>) -> Sse {
+        let mut request = reqwest::Client::new().get(url);
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id.to_string());
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        Sse {
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    async fn next(&mut self, within: Duration) -> Option<SseEvent> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let mut event = SseEvent {
+                    id: None,
+                    event: "message".into(),
+                    data: Value::Null,
+                };
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        event.id = v.trim().parse().ok();
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        event.event = v.trim().to_owned();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if data.is_empty() && event.id.is_none() {
+                    continue; // a keep-alive comment
+                }
+                event.data = serde_json::from_str(&data).unwrap_or(Value::String(data));
+                return Some(event);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let chunk = tokio::time::timeout(left, self.response.chunk())
+                .await
+                .ok()?
+                .ok()??;
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_resumed_event_stream_delivers_every_change_in_between() {
+    let topic = topic(3).await;
+    let service = start(watcher_config(&topic)).await;
+    ready(&service).await;
+    let role = unique("events");
+    let url = format!("{}/roles/{role}/events", service.url);
+    let registrar = transport(&topic).await;
+
+    let mut stream = Sse::open(&url, None).await;
+    let snapshot = stream
+        .next(Duration::from_secs(5))
+        .await
+        .expect("a snapshot");
+    assert_eq!(snapshot.event, "snapshot");
+    registrar.register(&role, "x", 1).await.unwrap();
+    let first = stream.next(Duration::from_secs(5)).await.expect("an event");
+    assert_eq!(first.event, "registered");
+    assert_eq!(first.data["member"], "x");
+    let last_seen = first.id.expect("an id");
+    drop(stream); // the client disconnects
+
+    // Changes while disconnected: registrations, a holder, renewals.
+    let mut offsets = Vec::new();
+    for m in ["y", "z"] {
+        offsets.push(registrar.register(&role, m, 2).await.unwrap());
+    }
+    let holder = holds(&topic, &role, "y").await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    drop(holder);
+
+    let mut resumed = Sse::open(&url, Some(last_seen)).await;
+    let mut got = Vec::new();
+    while let Some(e) = resumed.next(Duration::from_secs(2)).await {
+        assert_ne!(e.event, "reset", "the history covers the gap: {e:?}");
+        got.push(e);
+    }
+    // Every record of the role after the last id seen, as the topic has it.
+    let partition = role_partition(&role, 3).unwrap();
+    let read = client()
+        .read_committed(&topic, partition, last_seen + 1)
+        .await
+        .unwrap();
+    let want: Vec<i64> = read
+        .records
+        .iter()
+        .filter(|r| {
+            krabka_authority::coordination::decode_key(&r.key).is_ok_and(|k| k.role == role)
+        })
+        .map(|r| r.offset)
+        .collect();
+    let ids: Vec<i64> = got.iter().filter_map(|e| e.id).collect();
+    eprintln!(
+        "resumed after {last_seen}: {} events {:?}",
+        ids.len(),
+        got.iter().map(|e| e.event.as_str()).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        &ids[..want.len().min(ids.len())],
+        &want[..],
+        "every change, in order, none twice"
+    );
+    assert!(ids.len() >= want.len());
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    assert!(
+        got.iter()
+            .any(|e| e.event == "acquired" && e.data["member"] == "y")
+    );
+    assert!(got.iter().any(|e| e.event == "renewed"));
+    assert!(offsets.iter().all(|o| ids.contains(o)));
+
+    // A service that started watching after those changes has no history
+    // of them: resuming there from the old id gets a reset (the whole
+    // current roster) instead of a silent gap.
+    let late = start(watcher_config(&topic)).await;
+    ready(&late).await;
+    let mut old = Sse::open(
+        &format!("{}/roles/{role}/events", late.url),
+        Some(last_seen),
+    )
+    .await;
+    let e = old.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(e.event, "reset");
+    assert_eq!(e.data["role"], role);
+    assert_eq!(e.data["members"].as_array().map(Vec::len), Some(3));
+}
+
+#[tokio::test]
+async fn malformed_records_are_counted_and_skipped_and_good_ones_still_served() {
+    let topic = topic(1).await;
+    let service = start(watcher_config(&topic)).await;
+    ready(&service).await;
+    let role = unique("bad-data");
+    let registrar = transport(&topic).await;
+    registrar.register(&role, "good-1", 1).await.unwrap();
+    let before = metric(
+        &service,
+        "krabka_state_malformed_records_total",
+        &[("part", "key")],
+    )
+    .await;
+    let kafka = client();
+    kafka
+        .append(
+            &topic,
+            0,
+            Bytes::from_static(b"\x00\x07garbage"),
+            Some(Bytes::from_static(b"x")),
+            0,
+        )
+        .await
+        .unwrap();
+    let key = Bytes::from(encode_key(&Key::lease(&role)).unwrap());
+    kafka
+        .append(&topic, 0, key, Some(Bytes::from_static(b"\x00\x00\x00")), 0)
+        .await
+        .unwrap();
+    registrar.register(&role, "good-2", 2).await.unwrap();
+    let v = eventually(|| async {
+        let v = view(&service, &role).await;
+        (v["members"].as_array().map_or(0, Vec::len) == 2).then_some(v)
+    })
+    .await;
+    assert_eq!(v["members"][1]["member"], "good-2");
+    assert!(v["lease"].is_null(), "the malformed lease is skipped");
+    assert_eq!(
+        metric(
+            &service,
+            "krabka_state_malformed_records_total",
+            &[("part", "key")]
+        )
+        .await,
+        before + 1.0
+    );
+    assert!(
+        metric(
+            &service,
+            "krabka_state_malformed_records_total",
+            &[("part", "lease_value")]
+        )
+        .await
+            >= 1.0
+    );
+}
