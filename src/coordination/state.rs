@@ -286,6 +286,8 @@ pub enum Applied {
         change: Change,
         /// True when the role has no record left and was dropped.
         removed: bool,
+        /// The record's value did not decode (or disagreed with its key).
+        malformed: Option<Malformed>,
     },
     /// The key did not decode; the record was skipped.
     MalformedKey(FormatError),
@@ -322,6 +324,9 @@ impl PartitionState {
             &key.member,
             record.value.as_deref(),
         );
+        // Taken here, not left on the state: a role with nothing valid yet
+        // is dropped below, and its malformed record must still be reported.
+        let malformed = state.take_malformed().pop();
         let removed = state.is_empty();
         if removed {
             self.roles.remove(&key.role);
@@ -330,6 +335,7 @@ impl PartitionState {
             role: key.role,
             change,
             removed,
+            malformed,
         }
     }
 
@@ -347,11 +353,6 @@ impl PartitionState {
     /// One role's state.
     pub fn role(&self, role: &str) -> Option<&RoleState> {
         self.roles.get(role)
-    }
-
-    /// One role's state, mutably (to drain its malformed list).
-    pub fn role_mut(&mut self, role: &str) -> Option<&mut RoleState> {
-        self.roles.get_mut(role)
     }
 
     /// Every role with records, by name.
@@ -448,6 +449,20 @@ mod tests {
         );
         assert!(p.role("x").is_none());
         assert_eq!(p.role("y").unwrap().lease().unwrap().member, "b");
+        // A malformed value of a role with nothing valid is still reported.
+        let mut bad = reg(5, "z", "m", 1);
+        bad.value = Some(Bytes::from_static(&[0, 1]));
+        match p.apply(&bad) {
+            Applied::Role {
+                removed: true,
+                malformed: Some(m),
+                ..
+            } => {
+                assert_eq!(m.error.part(), Part::RegistrationValue);
+                assert_eq!(m.offset, 5);
+            }
+            other => panic!("{other:?}"),
+        }
         p.advance_to(10);
         assert_eq!(p.next_offset(), 10);
     }

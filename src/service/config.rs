@@ -80,6 +80,16 @@ pub struct ServeArgs {
     #[arg(long, env = "KRABKA_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     pub max_body_bytes: usize,
 
+    /// Most open HTTP connections; more are closed on accept.
+    #[arg(long, env = "KRABKA_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+
+    /// Limit on receiving a request's headers, and on an idle keep-alive
+    /// connection waiting for its next request: slow or idle clients are
+    /// disconnected.
+    #[arg(long, env = "KRABKA_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+
     /// On SIGTERM, how long to keep serving with /readyz answering 503
     /// before closing the listener, so load balancers stop sending first.
     #[arg(long, env = "KRABKA_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
@@ -129,6 +139,10 @@ pub struct ServiceConfig {
     pub max_check_items: usize,
     /// Largest body.
     pub max_body_bytes: usize,
+    /// Most open connections.
+    pub max_connections: usize,
+    /// Header read (and keep-alive idle) limit.
+    pub header_timeout: Duration,
     /// Serving on, not ready, before the listener closes.
     pub shutdown_delay: Duration,
     /// Shutdown drain limit.
@@ -169,6 +183,12 @@ impl ServeArgs {
         if self.status_window.is_zero() {
             return Err("--status-window must be positive".into());
         }
+        if self.max_connections == 0 {
+            return Err("--max-connections must be at least 1".into());
+        }
+        if self.header_timeout < Duration::from_millis(100) {
+            return Err("--header-timeout must be at least 100ms".into());
+        }
         if self.superseded_cache_capacity == 0 {
             return Err("--superseded-cache-capacity must be at least 1".into());
         }
@@ -189,6 +209,8 @@ impl ServeArgs {
             challenge_stagger: self.challenge_stagger,
             max_check_items: self.max_check_items,
             max_body_bytes: self.max_body_bytes,
+            max_connections: self.max_connections,
+            header_timeout: self.header_timeout,
             shutdown_delay: self.shutdown_delay,
             drain_timeout: self.drain_timeout,
             retry_after_secs: self.retry_after.as_secs().max(1),
@@ -216,6 +238,8 @@ impl ServiceConfig {
             challenge_stagger: Duration::from_secs(5),
             max_check_items: 1000,
             max_body_bytes: 1024 * 1024,
+            max_connections: 10_000,
+            header_timeout: Duration::from_secs(10),
             shutdown_delay: Duration::ZERO,
             drain_timeout: Duration::from_secs(10),
             retry_after_secs: 1,

@@ -16,6 +16,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
+use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use super::problem::Problem;
@@ -91,6 +92,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(ops::metrics))
         .route("/openapi.yaml", get(ops::openapi))
         .route("/", get(status_page::page))
+        // A slow body cannot hold a request open past the request timeout.
+        .layer(RequestBodyTimeoutLayer::new(state.config.request_timeout))
         // A safety net: handlers keep their own deadlines, within this one.
         .layer(
             ServiceBuilder::new()

@@ -1,10 +1,23 @@
 //! Binding, serving and graceful shutdown with a bounded drain.
+//!
+//! The accept loop is our own (over hyper) rather than `axum::serve`, for
+//! the limits a public endpoint needs: a bounded number of connections, a
+//! deadline on reading request headers (slow clients, and idle keep-alive
+//! connections, which wait for their next request's headers), and a drain
+//! that ends after the drain timeout whatever the clients do.
 
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use axum::body::Body;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
+use tower::Service;
 
 use super::router::router;
 use super::state::AppState;
@@ -40,8 +53,9 @@ pub async fn serve(
     run(listener, state, shutdown).await
 }
 
-/// Serves on a bound listener until `shutdown` flips, then stops accepting
-/// and waits up to the drain timeout for requests in flight.
+/// Serves on a bound listener until `shutdown` flips. Then `/readyz` turns
+/// 503 at once; after the shutdown delay the listener closes, event streams
+/// end, and requests in flight get up to the drain timeout.
 pub async fn run(
     listener: TcpListener,
     state: Arc<AppState>,
@@ -51,37 +65,73 @@ pub async fn run(
     tracing::info!(addr = %local, topic = %state.config.topic, "serving");
     let watcher = tokio::spawn(state.watcher.clone().run());
     let prober = tokio::spawn(state.clone().probe_forever(PROBE_INTERVAL));
-    let drain = state.config.drain_timeout;
-    let delay = state.config.shutdown_delay;
-    let mut signal = shutdown.clone();
-    let shutting = state.clone();
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
-        let _ = signal.wait_for(|s| *s).await;
-        shutting
-            .shutting_down
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        if !delay.is_zero() {
-            tracing::info!(
-                ?delay,
-                "shutting down: not ready; still serving for the shutdown delay"
-            );
-            tokio::time::sleep(delay).await;
-        }
-        tracing::info!("shutting down: no new connections; draining requests in flight");
-        shutting.closing.send_replace(true);
-    });
-    let drained = async {
+
+    let config = &state.config;
+    let app = router(state.clone());
+    let connections = Arc::new(Semaphore::new(config.max_connections));
+    let graceful = GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(config.header_timeout)
+        .keep_alive(true);
+
+    let stop = async {
         let _ = shutdown.wait_for(|s| *s).await;
-        tokio::time::sleep(delay + drain).await;
-    };
-    let result = tokio::select! {
-        result = server => result.map_err(ServeError::Serve),
-        () = drained => {
-            tracing::warn!(?drain, "drain timeout passed; closing the remaining connections");
-            Ok(())
+        state.shutting_down.store(true, Ordering::Relaxed);
+        if !config.shutdown_delay.is_zero() {
+            tracing::info!(delay = ?config.shutdown_delay, "shutting down: not ready; still serving for the shutdown delay");
+            tokio::time::sleep(config.shutdown_delay).await;
         }
     };
+    tokio::pin!(stop);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, don't spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, limit = config.max_connections, "connection limit reached; closing the new connection");
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+            let mut app = app.clone();
+            async move {
+                Ok::<_, Infallible>(
+                    app.call(request.map(Body::new))
+                        .await
+                        .unwrap_or_else(|e| match e {}),
+                )
+            }
+        });
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: no new connections; draining requests in flight");
+    state.closing.send_replace(true);
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("drained"),
+        () = tokio::time::sleep(config.drain_timeout) => {
+            tracing::warn!(drain = ?config.drain_timeout, "drain timeout passed; closing the remaining connections");
+        }
+    }
     prober.abort();
     watcher.abort();
-    result
+    Ok(())
 }

@@ -401,21 +401,19 @@ impl Watcher {
                 role,
                 change,
                 removed,
-            } => (role, change, removed),
+                malformed,
+            } => {
+                if let Some(m) = &malformed {
+                    self.count_malformed(partition, m.offset, &m.error);
+                }
+                (role, change, removed)
+            }
             Applied::MalformedKey(error) => {
                 self.count_malformed(partition, record.offset, &error);
                 return;
             }
             Applied::Replayed => return,
         };
-        let malformed = part
-            .state
-            .role_mut(&role)
-            .map(RoleState::take_malformed)
-            .unwrap_or_default();
-        for m in &malformed {
-            self.count_malformed(partition, m.offset, &m.error);
-        }
         let now = self.clock.now_ms();
         let current = part.state.role(&role).and_then(|s| s.lease().cloned());
         if !part.tracks.contains_key(&role) {

@@ -11,9 +11,12 @@
 
 mod cli;
 mod common;
+mod faults;
+mod http_limits;
 mod kafka_transport;
 mod leadership;
 mod service;
+mod soak;
 mod split_brain;
 mod status_page;
 mod watcher;

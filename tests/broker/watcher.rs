@@ -455,3 +455,157 @@ async fn malformed_records_are_counted_and_skipped_and_good_ones_still_served() 
             >= 1.0
     );
 }
+
+#[tokio::test]
+async fn random_garbage_in_the_topic_is_counted_by_part_and_skipped() {
+    use krabka_authority::coordination::{
+        KeyKind, Lease, Registration, decode_key, decode_lease, decode_registration, encode_lease,
+        encode_registration,
+    };
+    use rand::{RngExt, SeedableRng};
+
+    let topic = topic(2).await;
+    let service = start(watcher_config(&topic)).await;
+    ready(&service).await;
+    let role = unique("garbage");
+    let partition = role_partition(&role, 2).unwrap();
+    let kafka = client();
+    let parts = ["key", "registration_value", "lease_value"];
+    let mut before = Vec::new();
+    for part in parts {
+        before.push(
+            metric(
+                &service,
+                "krabka_state_malformed_records_total",
+                &[("part", part)],
+            )
+            .await,
+        );
+    }
+
+    let mut rng = rand::rngs::StdRng::seed_from_u64(20261130);
+    let reg_key = Bytes::from(encode_key(&Key::registration(&role, "good")).unwrap());
+    let lease_key = Bytes::from(encode_key(&Key::lease(&role)).unwrap());
+    let good_lease = encode_lease(&Lease {
+        member: "x".into(),
+        token: krabka_authority::coordination::FencingToken::new(1, 1).unwrap(),
+        granted_at: 0,
+        deadline: 1,
+    })
+    .unwrap();
+    let mut expected = [0u64; 3];
+    let mut good = Vec::new();
+    for i in 0..120 {
+        let (key, value): (Bytes, Option<Bytes>) = match i % 8 {
+            0 => {
+                let n = rng.random_range(0..40);
+                (
+                    Bytes::from((0..n).map(|_| rng.random()).collect::<Vec<u8>>()),
+                    Some(Bytes::from_static(b"v")),
+                )
+            }
+            1 => {
+                let mut k = encode_key(&Key::registration(&role, "m")).unwrap();
+                k[1] = 1; // unknown version
+                (k.into(), Some(Bytes::from_static(b"v")))
+            }
+            2 => {
+                let k = encode_key(&Key::registration(&role, "m")).unwrap();
+                let cut = rng.random_range(0..k.len());
+                (
+                    Bytes::copy_from_slice(&k[..cut]),
+                    Some(Bytes::from_static(b"v")),
+                )
+            }
+            3 => {
+                let mut k = encode_key(&Key::lease(&role)).unwrap();
+                k[3] = 7; // unknown kind
+                (k.into(), None)
+            }
+            4 => {
+                let n = rng.random_range(1..30);
+                (
+                    reg_key.clone(),
+                    Some(Bytes::from(
+                        (0..n).map(|_| rng.random()).collect::<Vec<u8>>(),
+                    )),
+                )
+            }
+            5 => {
+                let mut v = good_lease.clone();
+                v[1] = 3; // unknown version
+                (lease_key.clone(), Some(v.into()))
+            }
+            6 => {
+                let cut = rng.random_range(1..good_lease.len());
+                (
+                    lease_key.clone(),
+                    Some(Bytes::copy_from_slice(&good_lease[..cut])),
+                )
+            }
+            _ => {
+                // A good registration between the garbage.
+                let member = format!("good-{i}");
+                let key = Bytes::from(encode_key(&Key::registration(&role, &member)).unwrap());
+                let value = encode_registration(&Registration {
+                    member: member.clone(),
+                    registered_at: i,
+                })
+                .unwrap();
+                good.push(member);
+                (key, Some(value.into()))
+            }
+        };
+        // What the strict decoders say of it: the oracle for the counters.
+        match decode_key(&key) {
+            Err(_) => expected[0] += 1,
+            Ok(k) if k.role != role => panic!("garbage made a valid key of another role"),
+            Ok(k) => match (k.kind, value.as_deref().filter(|v| !v.is_empty())) {
+                (KeyKind::Registration, Some(v)) => match decode_registration(v) {
+                    Ok(r) if r.member == k.member => {}
+                    _ => expected[1] += 1,
+                },
+                (KeyKind::Lease, Some(v)) if decode_lease(v).is_err() => expected[2] += 1,
+                _ => {}
+            },
+        }
+        kafka
+            .append(&topic, partition, key, value, 0)
+            .await
+            .unwrap();
+    }
+    let view = eventually(|| async {
+        let v = view(&service, &role).await;
+        (v["members"].as_array().map_or(0, Vec::len) == good.len()).then_some(v)
+    })
+    .await;
+    let shown: Vec<&str> = view["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["member"].as_str().unwrap())
+        .collect();
+    assert_eq!(shown, good.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(view["lease"].is_null());
+    for (i, part) in parts.iter().enumerate() {
+        let counted = metric(
+            &service,
+            "krabka_state_malformed_records_total",
+            &[("part", part)],
+        )
+        .await
+            - before[i];
+        assert_eq!(counted, expected[i] as f64, "{part}");
+    }
+    eprintln!(
+        "garbage counted by part (key, registration value, lease value): {expected:?}; {} good members served",
+        good.len()
+    );
+    for path in ["/", "/roles", "/metrics", "/readyz"] {
+        assert_eq!(
+            get(&format!("{}{path}", service.url)).await.0,
+            200,
+            "{path}"
+        );
+    }
+}
