@@ -268,9 +268,12 @@ impl RoleState {
 
 /// Every role of one partition, folded record by record: what a reader of
 /// the whole topic keeps (the service's roster views, the watcher).
+///
+/// Roles are shared (`Arc`): a reader takes a role without copying it, and
+/// a record applied while a reader holds it copies that one role first.
 #[derive(Clone, Debug, Default)]
 pub struct PartitionState {
-    roles: std::collections::BTreeMap<String, RoleState>,
+    roles: std::collections::BTreeMap<String, std::sync::Arc<RoleState>>,
     next_offset: i64,
     malformed_keys: u64,
 }
@@ -314,10 +317,11 @@ impl PartitionState {
                 return Applied::MalformedKey(error);
             }
         };
-        let state = self
-            .roles
-            .entry(key.role.clone())
-            .or_insert_with(|| RoleState::new(key.role.clone()));
+        let state = std::sync::Arc::make_mut(
+            self.roles
+                .entry(key.role.clone())
+                .or_insert_with(|| std::sync::Arc::new(RoleState::new(key.role.clone()))),
+        );
         let change = state.apply(
             record.offset,
             key.kind,
@@ -352,11 +356,21 @@ impl PartitionState {
 
     /// One role's state.
     pub fn role(&self, role: &str) -> Option<&RoleState> {
-        self.roles.get(role)
+        self.roles.get(role).map(|r| &**r)
+    }
+
+    /// One role's state, shared without a copy.
+    pub fn role_shared(&self, role: &str) -> Option<std::sync::Arc<RoleState>> {
+        self.roles.get(role).cloned()
     }
 
     /// Every role with records, by name.
     pub fn roles(&self) -> impl Iterator<Item = &RoleState> {
+        self.roles.values().map(|r| &**r)
+    }
+
+    /// Every role with records, by name, shared without a copy.
+    pub fn roles_shared(&self) -> impl Iterator<Item = &std::sync::Arc<RoleState>> {
         self.roles.values()
     }
 

@@ -81,6 +81,46 @@ pub(crate) fn encode_batch(
     Ok(buf.freeze())
 }
 
+/// Encodes many records as ONE v2 batch without producer state (plain
+/// appends): a produce request may carry only one batch per partition.
+pub(crate) fn encode_plain_batch(
+    records: &[(Bytes, Option<Bytes>)],
+    timestamp_ms: i64,
+) -> Result<Bytes, KafkaError> {
+    let records: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (key, value))| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder keeps records in one batch only while offset minus
+            // sequence is constant; the batch's base sequence stays -1 (none).
+            sequence: i as i32 - 1,
+            timestamp: timestamp_ms,
+            key: Some(key.clone()),
+            value: value.clone(),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::with_capacity(64 * records.len() + 64);
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .map_err(|e| KafkaError::Invalid(format!("cannot encode a record batch: {e:#}")))?;
+    Ok(buf.freeze())
+}
+
 impl KafkaClient {
     /// Sends one produce request for a prepared batch to the partition's
     /// leader; returns the base offset. No retries.
@@ -143,6 +183,31 @@ impl KafkaClient {
         }
     }
 
+    /// Appends many records to one partition in one batch, outside any
+    /// transaction, with acks=all; returns the first record's offset. For
+    /// bulk loads (tools, benchmarks); the coordination clients append one
+    /// registration at a time.
+    pub async fn append_batch(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: &[(Bytes, Option<Bytes>)],
+        timestamp_ms: i64,
+    ) -> Result<i64, KafkaError> {
+        if records.is_empty() {
+            return Err(KafkaError::Invalid("an empty batch".into()));
+        }
+        let batch = encode_plain_batch(records, timestamp_ms)?;
+        self.retrying("append batch", |timeout| {
+            let batch = batch.clone();
+            async move {
+                self.produce_batch(topic, partition, batch, None, timeout)
+                    .await
+            }
+        })
+        .await
+    }
+
     /// Appends one record outside any transaction (a registration or its
     /// tombstone) with acks=all; returns its offset. A retried append after
     /// an ambiguous failure may be written twice, which the registration
@@ -171,5 +236,33 @@ impl KafkaClient {
             }
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::records::RecordBatchDecoder;
+
+    #[test]
+    fn many_records_make_exactly_one_batch_without_a_sequence() {
+        let records: Vec<(Bytes, Option<Bytes>)> = (0..50)
+            .map(|i| {
+                (
+                    Bytes::from(format!("k{i}")),
+                    Some(Bytes::from(format!("v{i}"))),
+                )
+            })
+            .collect();
+        let mut bytes = encode_plain_batch(&records, 7).unwrap();
+        let batches = RecordBatchDecoder::decode_batch_info(&mut bytes.clone()).unwrap();
+        assert_eq!(batches.len(), 1, "a produce request carries one batch");
+        assert_eq!(batches[0].record_count, 50);
+        assert_eq!(batches[0].base_sequence, -1);
+        assert_eq!(batches[0].producer_id, -1);
+        let set = RecordBatchDecoder::decode(&mut bytes).unwrap();
+        let offsets: Vec<i64> = set.records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, (0..50).collect::<Vec<_>>());
+        assert_eq!(set.records[49].key.as_deref(), Some(&b"k49"[..]));
     }
 }

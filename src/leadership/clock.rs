@@ -18,15 +18,32 @@ use tokio::sync::watch;
 /// RFC 3339 cannot write (before 1970, after 9999, both possible in a
 /// record of the topic) prints as its number instead.
 pub fn rfc3339_ms(ms: i64) -> String {
-    const YEAR_10000_MS: u64 = 253_402_300_800_000;
-    u64::try_from(ms)
-        .ok()
-        .filter(|ms| *ms < YEAR_10000_MS)
-        .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
-        .map_or_else(
-            || ms.to_string(),
-            |t| humantime::format_rfc3339_millis(t).to_string(),
-        )
+    Rfc3339Ms(ms).to_string()
+}
+
+/// An epoch-millisecond instant that displays (and serializes) as
+/// [`rfc3339_ms`] does, without an intermediate string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rfc3339Ms(pub i64);
+
+impl std::fmt::Display for Rfc3339Ms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const YEAR_10000_MS: u64 = 253_402_300_800_000;
+        let instant = u64::try_from(self.0)
+            .ok()
+            .filter(|ms| *ms < YEAR_10000_MS)
+            .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)));
+        match instant {
+            Some(t) => write!(f, "{}", humantime::format_rfc3339_millis(t)),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
+impl serde::Serialize for Rfc3339Ms {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
 }
 
 /// A boxed future of a clock's sleep.

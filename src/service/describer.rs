@@ -230,24 +230,23 @@ impl Describer {
 }
 
 /// Takes waiters from the front until `max` distinct roles are taken; the
-/// waiters of one role go together.
+/// waiters of one role go together (later ones too, past the cut).
 fn take_batch(waiting: &mut Vec<(String, Reply)>, max: usize) -> Vec<(String, Reply)> {
-    let mut roles: Vec<&str> = Vec::new();
+    let mut roles: std::collections::HashSet<&str> = std::collections::HashSet::new();
     let mut cut = waiting.len();
     for (i, (role, _)) in waiting.iter().enumerate() {
-        if !roles.contains(&role.as_str()) {
+        if !roles.contains(role.as_str()) {
             if roles.len() == max {
                 cut = i;
                 break;
             }
-            roles.push(role);
+            roles.insert(role);
         }
     }
     if cut == waiting.len() {
         return std::mem::take(waiting);
     }
-    // Waiters of an already-taken role that sit after the cut go too.
-    let taken: std::collections::HashSet<String> = roles.iter().map(|r| (*r).to_owned()).collect();
+    let taken: std::collections::HashSet<String> = roles.into_iter().map(str::to_owned).collect();
     let rest = waiting.split_off(cut);
     let mut batch = std::mem::take(waiting);
     for item in rest {

@@ -173,7 +173,7 @@ mod tests {
     #[test]
     fn role_names_cannot_inject_markup() {
         let view = RoleView {
-            state: RoleState::new("<script>alert(1)</script>"),
+            state: std::sync::Arc::new(RoleState::new("<script>alert(1)</script>")),
             partition: 0,
             offset: 0,
             age: std::time::Duration::ZERO,

@@ -128,8 +128,8 @@ struct Part {
 /// One role as the views show it.
 #[derive(Clone, Debug)]
 pub struct RoleView {
-    /// The folded state.
-    pub state: RoleState,
+    /// The folded state, shared with the watcher.
+    pub state: Arc<RoleState>,
     /// The role's partition.
     pub partition: i32,
     /// The view's read position: every record below it is included.
@@ -611,7 +611,7 @@ impl Watcher {
         )
     }
 
-    fn view(&self, part: &Part, state: &RoleState, partition: i32, now_ms: i64) -> RoleView {
+    fn view(&self, part: &Part, state: &Arc<RoleState>, partition: i32, now_ms: i64) -> RoleView {
         let track = part.tracks.get(state.role());
         let window = i64::try_from(self.config.status_window.as_millis()).unwrap_or(i64::MAX);
         let failovers_in_window = track.map_or(0, |t| {
@@ -621,7 +621,7 @@ impl Watcher {
                 .count()
         });
         RoleView {
-            state: state.clone(),
+            state: Arc::clone(state),
             partition,
             offset: part.state.next_offset(),
             age: part.fetched_at.map_or(Duration::ZERO, |at| at.elapsed()),
@@ -656,8 +656,8 @@ impl Watcher {
         let now = self.clock.now_ms();
         Ok(part
             .state
-            .role(role)
-            .map(|s| self.view(&part, s, partition, now)))
+            .role_shared(role)
+            .map(|s| self.view(&part, &s, partition, now)))
     }
 
     /// Every role's view, by name.
@@ -678,7 +678,7 @@ impl Watcher {
             }
             views.extend(
                 part.state
-                    .roles()
+                    .roles_shared()
                     .map(|s| self.view(&part, s, p as i32, now)),
             );
         }

@@ -437,3 +437,34 @@ async fn with_the_broker_stopped_every_operation_fails_within_its_timeout() {
     assert!(matches!(err, KafkaError::GaveUp { .. }), "{err}");
     assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
 }
+
+#[tokio::test]
+async fn a_batch_append_lands_in_order_at_consecutive_offsets() {
+    let topic = topic(1).await;
+    let kafka = client();
+    let records: Vec<(Bytes, Option<Bytes>)> = (0..500)
+        .map(|i| {
+            let key = Bytes::from(encode_key(&Key::registration("bulk", format!("m{i}"))).unwrap());
+            (
+                key,
+                if i % 10 == 9 {
+                    None
+                } else {
+                    Some(Bytes::from(format!("v{i}")))
+                },
+            )
+        })
+        .collect();
+    let first = kafka.append_batch(&topic, 0, &records, 1).await.unwrap();
+    let read = kafka.read_committed(&topic, 0, 0).await.unwrap();
+    assert_eq!(read.records.len(), 500);
+    for (i, (r, (key, value))) in read.records.iter().zip(&records).enumerate() {
+        assert_eq!(r.offset, first + i as i64);
+        assert_eq!(&r.key, key);
+        assert_eq!(&r.value, value, "record {i}");
+    }
+    assert!(
+        kafka.append_batch(&topic, 0, &[], 1).await.is_err(),
+        "an empty batch is refused"
+    );
+}
