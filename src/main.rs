@@ -182,6 +182,19 @@ fn run_async(command: Command) -> anyhow::Result<ExitCode> {
                     }
                 };
                 let state = AppState::new(config).context("cannot set up the service")?;
+                // Credentials and TLS trust are checked before serving: a
+                // wrong password or an untrusted certificate stops here,
+                // clearly; an unreachable broker only delays readiness.
+                match state.client.refresh_metadata(&[]).await {
+                    Err(e) if e.is_access_error() => {
+                        eprintln!("error: cannot use Kafka: {e}");
+                        return Ok(ExitCode::from(2));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Kafka is not reachable yet; serving, not ready")
+                    }
+                    Ok(()) => {}
+                }
                 service::serve(state, shutdown_signal()).await?;
                 Ok(ExitCode::SUCCESS)
             }

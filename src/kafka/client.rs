@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use super::backoff::Backoff;
 use super::connection::{ConnSettings, Connection};
 use super::error::KafkaError;
+use super::security::{Security, authenticate, server_name, tls_connector};
 use super::versions::api_name;
 
 /// How a request ended, for metrics.
@@ -84,6 +85,8 @@ pub struct ClientConfig {
     pub max_frame_bytes: usize,
     /// Receives a call per request, for metrics.
     pub observer: Option<Arc<dyn RequestObserver>>,
+    /// TLS and SASL.
+    pub security: Security,
 }
 
 impl ClientConfig {
@@ -100,6 +103,7 @@ impl ClientConfig {
             metadata_max_age: Duration::from_secs(300),
             max_frame_bytes: 100 * 1024 * 1024,
             observer: None,
+            security: Security::default(),
         }
     }
 }
@@ -141,13 +145,22 @@ struct Metadata {
 
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 
-#[derive(Debug)]
 struct Inner {
     config: ClientConfig,
     settings: ConnSettings,
+    tls: Option<tokio_rustls::TlsConnector>,
     slots: Mutex<HashMap<String, Slot>>,
     metadata: RwLock<Metadata>,
     coordinators: Mutex<HashMap<String, Broker>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("config", &self.config)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// A Kafka client over `kafka-protocol`: cheap to clone, one connection per
@@ -162,11 +175,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl KafkaClient {
-    /// A client for `config`; connects lazily.
+    /// A client for `config`; connects lazily. TLS files are read here, so
+    /// a missing or bad one fails at once.
     pub fn new(config: ClientConfig) -> Result<KafkaClient, KafkaError> {
         if config.bootstrap.is_empty() {
             return Err(KafkaError::Invalid("no bootstrap servers given".into()));
         }
+        let tls = config
+            .security
+            .tls
+            .as_ref()
+            .map(tls_connector)
+            .transpose()?;
         let settings = ConnSettings {
             client_id: config.client_id.as_str().into(),
             max_frame_bytes: config.max_frame_bytes,
@@ -175,6 +195,7 @@ impl KafkaClient {
             inner: Arc::new(Inner {
                 config,
                 settings,
+                tls,
                 slots: Mutex::default(),
                 metadata: RwLock::default(),
                 coordinators: Mutex::default(),
@@ -216,9 +237,36 @@ impl KafkaClient {
         stream
             .set_nodelay(true)
             .map_err(|e| connect_err(e.to_string()))?;
-        let mut conn = Connection::start(stream, addr, self.inner.settings.clone());
+        let mut conn = match &self.inner.tls {
+            None => Connection::start(stream, addr, self.inner.settings.clone()),
+            Some(tls) => {
+                let name = server_name(addr)?;
+                let stream =
+                    tokio::time::timeout(config.connect_timeout, tls.connect(name, stream))
+                        .await
+                        .map_err(|_| {
+                            connect_err(format!(
+                                "TLS handshake timed out after {:?}",
+                                config.connect_timeout
+                            ))
+                        })?
+                        .map_err(|e| {
+                            KafkaError::Tls(format!("handshake with {addr} failed: {e}"))
+                        })?;
+                Connection::start(stream, addr, self.inner.settings.clone())
+            }
+        };
         conn.negotiate(config.request_timeout).await?;
-        tracing::debug!(addr, "connected");
+        if let Some(sasl) = &config.security.sasl {
+            let lifetime = authenticate(&conn, sasl, config.request_timeout).await?;
+            if let Some(lifetime) = lifetime {
+                // Retire well before the broker ends the session, with
+                // jitter so connections do not all reconnect at once.
+                let share = rand::random_range(0.75..0.85);
+                conn.retire_at(Instant::now() + lifetime.mul_f64(share));
+            }
+        }
+        tracing::debug!(addr, protocol = config.security.protocol(), "connected");
         Ok(conn)
     }
 

@@ -96,6 +96,9 @@ pub(crate) struct Connection {
     settings: ConnSettings,
     versions: Versions,
     tasks: [JoinHandle<()>; 2],
+    /// When set, the connection is retired at this instant (the end of its
+    /// SASL session, KIP-368): later requests open a new connection.
+    retire_at: Option<tokio::time::Instant>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -137,7 +140,14 @@ impl Connection {
             settings,
             versions: Versions::default(),
             tasks: [reader, writer],
+            retire_at: None,
         }
+    }
+
+    /// Retires the connection at `at`: requests in flight finish, new ones
+    /// go to a new connection.
+    pub(crate) fn retire_at(&mut self, at: tokio::time::Instant) {
+        self.retire_at = Some(at);
     }
 
     /// Asks the broker which versions it speaks and fixes ours.
@@ -178,7 +188,11 @@ impl Connection {
 
     /// True once the connection failed; a new one must be opened.
     pub(crate) fn is_closed(&self) -> bool {
-        matches!(*self.shared.lock(), Pending::Poisoned(_)) || self.frames.is_closed()
+        matches!(*self.shared.lock(), Pending::Poisoned(_))
+            || self.frames.is_closed()
+            || self
+                .retire_at
+                .is_some_and(|at| tokio::time::Instant::now() >= at)
     }
 
     /// The version to send `api` with on this connection.
@@ -290,6 +304,19 @@ impl Connection {
     }
 }
 
+/// The error of a failed read or write: a TLS alert (a refused client
+/// certificate, say) is a TLS error that retrying cannot fix; anything else
+/// closed the connection.
+fn io_failure(shared: &Shared, op: &str, e: std::io::Error) -> KafkaError {
+    let tls = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    match tls {
+        Some(tls) => KafkaError::Tls(format!("{op} on {} failed: {tls}", shared.addr)),
+        None => shared.closed(format!("{op} failed: {e}")),
+    }
+}
+
 async fn read_loop<R>(mut read: R, shared: Arc<Shared>, max_frame: usize)
 where
     R: AsyncRead + Unpin,
@@ -297,7 +324,7 @@ where
     let err = loop {
         let size = match read.read_i32().await {
             Ok(size) => size,
-            Err(e) => break shared.closed(format!("read failed: {e}")),
+            Err(e) => break io_failure(&shared, "read", e),
         };
         if size < 4 || size as usize > max_frame {
             break KafkaError::FrameTooLarge {
@@ -308,7 +335,7 @@ where
         }
         let mut body = BytesMut::zeroed(size as usize);
         if let Err(e) = read.read_exact(&mut body).await {
-            break shared.closed(format!("read failed: {e}"));
+            break io_failure(&shared, "read", e);
         }
         let body = body.freeze();
         let id = (&body[..4]).get_i32();
@@ -336,7 +363,7 @@ where
             result = write.flush().await;
         }
         if let Err(e) = result {
-            shared.poison(shared.closed(format!("write failed: {e}")));
+            shared.poison(io_failure(&shared, "write", e));
             return;
         }
     }

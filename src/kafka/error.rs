@@ -108,6 +108,17 @@ pub enum KafkaError {
     /// A caller asked for something that cannot be sent.
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// TLS could not be set up or the broker's certificate was refused.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// SASL authentication failed (wrong credentials, mechanism not enabled).
+    #[error("authentication with {addr} failed: {reason}")]
+    Auth {
+        /// The broker address.
+        addr: String,
+        /// What the broker (or the exchange) said.
+        reason: String,
+    },
 }
 
 fn detail(message: &Option<String>) -> String {
@@ -140,6 +151,13 @@ impl KafkaError {
             KafkaError::GaveUp { last, .. } => last.code(),
             _ => None,
         }
+    }
+
+    /// True when the client's own set-up is refused (credentials, TLS trust,
+    /// authorization): retrying cannot help, an operator must act.
+    pub fn is_access_error(&self) -> bool {
+        matches!(self, KafkaError::Tls(_) | KafkaError::Auth { .. })
+            || matches!(self.code(), Some(29..=31 | 53 | 58))
     }
 
     /// True for errors 47, 90 and 49: a newer epoch holds the transactional id.

@@ -12,6 +12,7 @@ mod describe;
 mod error;
 mod fetch;
 mod produce;
+mod security;
 mod topic;
 mod transport;
 mod txn;
@@ -23,6 +24,7 @@ pub use client::{
 pub use describe::{Described, TransactionDescription};
 pub use error::{FENCED_CODES, KafkaError, TRANSACTIONAL_ID_NOT_FOUND, is_retriable_code};
 pub use fetch::{EARLIEST, FetchChunk, LATEST, PartitionRead};
+pub use security::{SaslConfig, SaslMechanism, Secret, Security, TlsConfig};
 pub use topic::TopicSpec;
 pub use transport::{DEFAULT_TOPIC, GuardedRecord, KafkaTransport, TransportConfig};
 pub use txn::{ProducerSession, Transaction, TxnError};

@@ -136,7 +136,16 @@ impl KafkaClient {
     /// Refuses a topic whose cleanup policy would delete records: retention
     /// would forget registrations and leases, and with them the join order.
     pub async fn check_compacted(&self, topic: &str) -> Result<(), KafkaError> {
-        let policy = self.cleanup_policy(topic).await?;
+        let policy = match self.cleanup_policy(topic).await {
+            Ok(policy) => policy,
+            // A reader with least privilege (Read and Describe on the topic)
+            // may not DescribeConfigs; it cannot check, and need not refuse.
+            Err(e) if matches!(e.code(), Some(29 | 31)) => {
+                tracing::warn!(topic, error = %e, "cannot read the topic's cleanup.policy (no DescribeConfigs permission); assuming compact");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
         let parts: Vec<&str> = policy.split(',').map(str::trim).collect();
         if parts.contains(&"compact") && !parts.contains(&"delete") {
             Ok(())

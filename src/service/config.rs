@@ -90,6 +90,23 @@ pub struct ServeArgs {
     #[arg(long, env = "KRABKA_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub header_timeout: Duration,
 
+    /// File of accepted API bearer tokens, one per line (e.g. a mounted
+    /// Secret); read again when it changes. Unset: the API is open.
+    #[arg(long, env = "KRABKA_API_TOKENS_FILE")]
+    pub api_tokens_file: Option<std::path::PathBuf>,
+
+    /// Require a token for /healthz too.
+    #[arg(long, env = "KRABKA_PROTECT_HEALTHZ", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub protect_healthz: bool,
+
+    /// Require a token for /readyz too.
+    #[arg(long, env = "KRABKA_PROTECT_READYZ", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub protect_readyz: bool,
+
+    /// Require a token for /metrics too.
+    #[arg(long, env = "KRABKA_PROTECT_METRICS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub protect_metrics: bool,
+
     /// On SIGTERM, how long to keep serving with /readyz answering 503
     /// before closing the listener, so load balancers stop sending first.
     #[arg(long, env = "KRABKA_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
@@ -139,6 +156,10 @@ pub struct ServiceConfig {
     pub max_check_items: usize,
     /// Largest body.
     pub max_body_bytes: usize,
+    /// API tokens file, when the API is protected.
+    pub api_tokens_file: Option<std::path::PathBuf>,
+    /// Which operations endpoints need a token too.
+    pub protection: super::auth::Protection,
     /// Most open connections.
     pub max_connections: usize,
     /// Header read (and keep-alive idle) limit.
@@ -183,6 +204,10 @@ impl ServeArgs {
         if self.status_window.is_zero() {
             return Err("--status-window must be positive".into());
         }
+        let protects = self.protect_healthz || self.protect_readyz || self.protect_metrics;
+        if protects && self.api_tokens_file.is_none() {
+            return Err("--protect-* needs --api-tokens-file".into());
+        }
         if self.max_connections == 0 {
             return Err("--max-connections must be at least 1".into());
         }
@@ -209,6 +234,12 @@ impl ServeArgs {
             challenge_stagger: self.challenge_stagger,
             max_check_items: self.max_check_items,
             max_body_bytes: self.max_body_bytes,
+            api_tokens_file: self.api_tokens_file.clone(),
+            protection: super::auth::Protection {
+                healthz: self.protect_healthz,
+                readyz: self.protect_readyz,
+                metrics: self.protect_metrics,
+            },
             max_connections: self.max_connections,
             header_timeout: self.header_timeout,
             shutdown_delay: self.shutdown_delay,
@@ -238,6 +269,8 @@ impl ServiceConfig {
             challenge_stagger: Duration::from_secs(5),
             max_check_items: 1000,
             max_body_bytes: 1024 * 1024,
+            api_tokens_file: None,
+            protection: super::auth::Protection::default(),
             max_connections: 10_000,
             header_timeout: Duration::from_secs(10),
             shutdown_delay: Duration::ZERO,

@@ -3,6 +3,7 @@
 //! roster views from the compacted topic with a short TTL, Prometheus
 //! metrics and the operations endpoints.
 
+pub mod auth;
 pub mod authority;
 pub mod config;
 pub mod describer;

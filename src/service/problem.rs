@@ -44,6 +44,19 @@ impl Problem {
         }
     }
 
+    /// 401: no accepted bearer token. The same for every path, so it tells
+    /// nothing of what exists.
+    pub fn unauthorized() -> Problem {
+        Problem {
+            kind: format!("{BASE}unauthorized"),
+            title: "Unauthorized".into(),
+            status: 401,
+            detail: "a valid bearer token is required: Authorization: Bearer <token>".into(),
+            field: None,
+            retry_after: None,
+        }
+    }
+
     /// 404: nothing is known of what was asked.
     pub fn not_found(detail: impl Into<String>) -> Problem {
         Problem {

@@ -21,7 +21,7 @@ use tower_http::trace::TraceLayer;
 
 use super::problem::Problem;
 use super::state::AppState;
-use super::{authority, ops, status_page, stream, views};
+use super::{auth, authority, ops, status_page, stream, views};
 
 /// Every route as `(method, path)`, in the OpenAPI document's notation; a
 /// test holds the document to this list.
@@ -112,6 +112,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/roles/{role}/events", get(stream::role_events))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(
             ServiceBuilder::new()

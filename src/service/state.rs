@@ -81,6 +81,8 @@ pub struct AppState {
     /// True from SIGTERM on: /readyz answers 503 while the service still
     /// serves for the shutdown delay.
     pub shutting_down: std::sync::atomic::AtomicBool,
+    /// Accepted API tokens, when the API is protected.
+    pub api_tokens: Option<super::auth::ApiTokens>,
 }
 
 impl AppState {
@@ -101,6 +103,12 @@ impl AppState {
         metrics: Arc<Metrics>,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<AppState>, KafkaError> {
+        let api_tokens = config
+            .api_tokens_file
+            .as_deref()
+            .map(super::auth::ApiTokens::load)
+            .transpose()
+            .map_err(KafkaError::Invalid)?;
         let describer = Arc::new(Describer::new(
             client.clone(),
             config.describe_batching,
@@ -144,6 +152,7 @@ impl AppState {
             },
             closing: tokio::sync::watch::Sender::new(false),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
+            api_tokens,
         }))
     }
 

@@ -1,0 +1,248 @@
+//! Optional bearer tokens for the API.
+//!
+//! Tokens are read from a file (one per line; blank lines and `#` comments
+//! ignored), typically a mounted Secret, and read again when the file
+//! changes, so a rotation needs no restart. Only SHA-256 digests are kept and
+//! compared in constant time. A refused request gets the same 401 problem
+//! whatever it asked for, so it learns nothing, not even whether a role
+//! exists.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::problem::Problem;
+use super::state::AppState;
+
+type Digests = Arc<Vec<[u8; 32]>>;
+
+/// How often the token file is looked at for changes, at most.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// The accepted tokens and where they come from.
+#[derive(Debug)]
+pub struct ApiTokens {
+    path: PathBuf,
+    digests: RwLock<Digests>,
+    seen: Mutex<(tokio::time::Instant, Option<SystemTime>)>,
+}
+
+fn digest(token: &[u8]) -> [u8; 32] {
+    Sha256::digest(token).into()
+}
+
+fn read(path: &Path) -> Result<(Digests, Option<SystemTime>), String> {
+    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the API tokens file {}: {e}", path.display()))?;
+    let digests: Vec<[u8; 32]> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| digest(l.as_bytes()))
+        .collect();
+    if digests.is_empty() {
+        return Err(format!(
+            "the API tokens file {} holds no token",
+            path.display()
+        ));
+    }
+    Ok((Arc::new(digests), modified))
+}
+
+impl ApiTokens {
+    /// Reads the tokens; an unreadable or empty file is an error.
+    pub fn load(path: &Path) -> Result<ApiTokens, String> {
+        let (digests, modified) = read(path)?;
+        tracing::info!(file = %path.display(), tokens = digests.len(), "API tokens loaded");
+        Ok(ApiTokens {
+            path: path.to_owned(),
+            digests: RwLock::new(digests),
+            seen: Mutex::new((tokio::time::Instant::now(), modified)),
+        })
+    }
+
+    /// Reads the file again if it changed; a file that became unreadable or
+    /// empty keeps the tokens loaded before.
+    fn refresh(&self) {
+        let modified = {
+            let mut seen = self
+                .seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if seen.0.elapsed() < RECHECK {
+                return;
+            }
+            seen.0 = tokio::time::Instant::now();
+            let modified = std::fs::metadata(&self.path)
+                .and_then(|m| m.modified())
+                .ok();
+            if modified == seen.1 {
+                return;
+            }
+            modified
+        };
+        match read(&self.path) {
+            Ok((digests, _)) => {
+                tracing::info!(file = %self.path.display(), tokens = digests.len(), "API tokens reloaded");
+                *self
+                    .digests
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = digests;
+                self.seen
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .1 = modified;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "API tokens not reloaded; keeping the previous ones")
+            }
+        }
+    }
+
+    /// True when `token` is one of the accepted tokens.
+    pub fn accepts(&self, token: &str) -> bool {
+        self.refresh();
+        let presented = digest(token.as_bytes());
+        let digests = self
+            .digests
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        // Every digest is compared, so the time does not say which matched.
+        digests
+            .iter()
+            .fold(subtle::Choice::from(0), |found, d| {
+                found | d.ct_eq(&presented)
+            })
+            .into()
+    }
+}
+
+/// Which endpoints need a token.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Protection {
+    /// `/healthz` too.
+    pub healthz: bool,
+    /// `/readyz` too.
+    pub readyz: bool,
+    /// `/metrics` too.
+    pub metrics: bool,
+}
+
+impl Protection {
+    /// True when `path` needs a token. The API, the status page and unknown
+    /// paths always do; `/openapi.yaml` never (it holds no secret).
+    pub fn covers(&self, path: &str) -> bool {
+        match path {
+            "/openapi.yaml" => false,
+            "/healthz" => self.healthz,
+            "/readyz" => self.readyz,
+            "/metrics" => self.metrics,
+            _ => true,
+        }
+    }
+}
+
+fn unauthorized() -> Response {
+    let mut response = Problem::unauthorized().into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"krabka-authority\""),
+    );
+    response
+}
+
+/// The middleware: a request to a protected endpoint needs an accepted token.
+pub async fn require_token(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(tokens) = &state.api_tokens else {
+        return next.run(request).await;
+    };
+    if !state.config.protection.covers(request.uri().path()) {
+        return next.run(request).await;
+    }
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        });
+    match presented {
+        Some(token) if tokens.accepts(token) => next.run(request).await,
+        _ => unauthorized(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_come_from_the_file_and_follow_its_changes() {
+        let dir = std::env::temp_dir().join(format!("krabka-tokens-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("tokens");
+        std::fs::write(&file, "# comment\n\nalpha\n  beta  \n").unwrap();
+        let tokens = ApiTokens::load(&file).unwrap();
+        assert!(tokens.accepts("alpha"));
+        assert!(tokens.accepts("beta"));
+        assert!(!tokens.accepts("gamma"));
+        assert!(!tokens.accepts(""));
+        assert!(!tokens.accepts("# comment"));
+
+        std::fs::write(&file, "gamma\n").unwrap();
+        // Force the next look and a different modification time.
+        tokens.seen.lock().unwrap().0 -= RECHECK;
+        tokens.seen.lock().unwrap().1 = None;
+        assert!(tokens.accepts("gamma"));
+        assert!(!tokens.accepts("alpha"));
+
+        std::fs::write(&file, "\n# nothing\n").unwrap();
+        tokens.seen.lock().unwrap().0 -= RECHECK;
+        tokens.seen.lock().unwrap().1 = None;
+        assert!(
+            tokens.accepts("gamma"),
+            "an emptied file keeps the old tokens"
+        );
+        assert!(ApiTokens::load(&file).is_err());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn protection_covers_the_api_and_what_is_asked() {
+        let open = Protection::default();
+        for path in [
+            "/roles",
+            "/roles/x",
+            "/roles/x/authority",
+            "/authority/check",
+            "/",
+            "/nope",
+        ] {
+            assert!(open.covers(path), "{path}");
+        }
+        for path in ["/healthz", "/readyz", "/metrics", "/openapi.yaml"] {
+            assert!(!open.covers(path), "{path}");
+        }
+        let all = Protection {
+            healthz: true,
+            readyz: true,
+            metrics: true,
+        };
+        assert!(all.covers("/metrics") && all.covers("/healthz") && all.covers("/readyz"));
+        assert!(!all.covers("/openapi.yaml"));
+    }
+}
