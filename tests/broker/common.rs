@@ -73,13 +73,19 @@ pub fn client() -> KafkaClient {
 
 /// A fresh compacted topic of `partitions` for one test.
 pub async fn topic(partitions: i32) -> String {
-    let name = unique("krabka-test");
+    topic_on(&bootstrap(), "krabka-test", partitions).await
+}
+
+/// A new topic named after `prefix` on the broker at `bootstrap`.
+pub async fn topic_on(bootstrap: &str, prefix: &str, partitions: i32) -> String {
+    let name = unique(prefix);
     let spec = TopicSpec {
         partitions,
         replication_factor: 1,
         configs: Vec::new(),
     };
-    client()
+    KafkaClient::new(config_for(bootstrap))
+        .unwrap()
         .ensure_topic(&name, &spec)
         .await
         .expect("topic created");

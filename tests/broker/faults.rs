@@ -185,19 +185,7 @@ pub async fn rig(prefix: &str) -> Rig {
     );
     let direct = kafka_script(&["address", "--name", &broker.name, "--listener", "DIRECT"]);
     let proxy = FaultProxy::start(reserved, broker.addr.clone());
-    let topic = unique("faults");
-    KafkaClient::new(common::config_for(&direct))
-        .unwrap()
-        .ensure_topic(
-            &topic,
-            &TopicSpec {
-                partitions: 2,
-                replication_factor: 1,
-                configs: vec![],
-            },
-        )
-        .await
-        .unwrap();
+    let topic = common::topic_on(&direct, "faults", 2).await;
     Rig {
         broker,
         proxy,

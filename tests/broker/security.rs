@@ -220,19 +220,7 @@ fn serve_outcome(args: &[&str], limit: Duration) -> (Option<i32>, String, Durati
 async fn sasl_ssl_works_for_the_service_and_the_leadership_client_and_refuses_clearly() {
     let pki = pki();
     let broker = tokio::task::block_in_place(|| secure_broker(&pki, &[]));
-    let admin = KafkaClient::new(common::config_for(&broker.plaintext)).unwrap();
-    let topic = unique("secure");
-    admin
-        .ensure_topic(
-            &topic,
-            &TopicSpec {
-                partitions: 2,
-                replication_factor: 1,
-                configs: vec![],
-            },
-        )
-        .await
-        .unwrap();
+    let topic = common::topic_on(&broker.plaintext, "secure", 2).await;
 
     for mechanism in [
         SaslMechanism::Plain,
@@ -683,18 +671,7 @@ async fn the_service_works_with_exactly_the_documented_acls_and_a_missing_one_is
         )
     });
     let admin = KafkaClient::new(common::config_for(&broker.plaintext)).unwrap();
-    let topic = unique("acl-topic");
-    admin
-        .ensure_topic(
-            &topic,
-            &TopicSpec {
-                partitions: 2,
-                replication_factor: 1,
-                configs: vec![],
-            },
-        )
-        .await
-        .unwrap();
+    let topic = common::topic_on(&broker.plaintext, "acl-topic", 2).await;
     let prefix = unique("lp");
     // Exactly the README's list: Describe on the roles' transactional ids,
     // Read and Describe on the topic. No Write, no DescribeConfigs.
