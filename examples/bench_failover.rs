@@ -16,7 +16,8 @@ use krabka_authority::coordination::FencingToken;
 use krabka_authority::kafka::{
     ClientConfig, KafkaClient, KafkaTransport, TopicSpec, TransportConfig,
 };
-use krabka_authority::leadership::{Clock, Event, Options, SystemClock, acquire};
+use krabka_authority::leadership::{Event, Options, acquire};
+use krabka_authority::time::{Clock, SystemClock};
 use tokio::sync::{mpsc, oneshot};
 
 #[derive(Parser)]

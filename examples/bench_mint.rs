@@ -13,7 +13,7 @@ use krabka_authority::coordination::Lease;
 use krabka_authority::kafka::{
     ClientConfig, KafkaClient, KafkaTransport, TopicSpec, TransportConfig,
 };
-use krabka_authority::leadership::{Clock, SystemClock};
+use krabka_authority::time::{Clock, SystemClock};
 use krabka_authority::transport::{Coordinator, LeaseWriter, Registrar};
 use tokio::sync::Semaphore;
 

@@ -14,7 +14,7 @@ use krabka_authority::coordination::{
     role_partition,
 };
 use krabka_authority::kafka::{ClientConfig, KafkaClient, TopicSpec};
-use krabka_authority::leadership::{Clock, SystemClock};
+use krabka_authority::time::{Clock, SystemClock};
 
 #[derive(Parser)]
 struct Args {

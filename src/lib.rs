@@ -13,13 +13,12 @@
 //! - [`coordination`]: the pure rules (token, record format, partition, role
 //!   state, succession). No I/O, no clock, no randomness.
 
-pub mod cli;
-pub mod commands;
+pub mod cluster;
 pub mod coordination;
-pub mod demo;
 pub mod kafka;
 pub mod leadership;
 pub mod service;
+pub mod time;
 pub mod transport;
 
 /// Compiles the README's examples, so they cannot rot.

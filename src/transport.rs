@@ -14,8 +14,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::cluster::ClusterError;
 use crate::coordination::{EncodeError, FencingToken, Lease, LogRecord, PartitionError};
-use crate::kafka::KafkaError;
 
 pub mod memory;
 
@@ -49,9 +49,9 @@ pub enum TransportError {
         /// What happened.
         reason: String,
     },
-    /// A Kafka request failed.
+    /// The cluster could not serve the call.
     #[error(transparent)]
-    Kafka(#[from] KafkaError),
+    Cluster(#[from] ClusterError),
     /// A record could not be encoded.
     #[error(transparent)]
     Encode(#[from] EncodeError),

@@ -1,5 +1,5 @@
 //! The pure coordination core: fencing token, record format, role partition,
-//! role state and succession rules.
+//! role state, succession rules and the verdict of an authority check.
 //!
 //! Nothing here does I/O, reads a clock or draws a random number; time is an
 //! argument (`now_ms`), so every rule is tested with explicit instants.
@@ -9,6 +9,7 @@ mod record;
 mod state;
 mod succession;
 mod token;
+mod verdict;
 
 pub use partition::{PartitionError, murmur2, role_partition, to_positive};
 pub use record::{
@@ -18,6 +19,7 @@ pub use record::{
 pub use state::{Applied, Change, LogRecord, Malformed, Member, PartitionState, RoleState};
 pub use succession::{Decision, SuccessionConfig, challenge_at, challenge_rank, evaluate};
 pub use token::{FencingToken, TokenError, TokenPart};
+pub use verdict::{Verdict, verdict};
 
 #[cfg(test)]
 mod vectors;

@@ -1,22 +1,40 @@
-//! The cluster view: connections per broker, metadata, leader and
-//! transaction-coordinator routing, and retries with backoff.
+//! The client: connections per broker, which broker to ask, and what a
+//! failure teaches about the cluster.
+//!
+//! Kafka's Java client is the reference (`NetworkClient`,
+//! `ClusterConnectionStates`, `Metadata`):
+//! - a failed or timed-out request marks its broker failed (reconnect
+//!   backoff, [`super::nodes`]), asks for a metadata refresh and suspects the
+//!   coordinators cached at that broker;
+//! - a request that any broker can answer (metadata, FindCoordinator, topic
+//!   configs) goes to the least loaded broker that is not in backoff, and
+//!   fails over to the next one when that broker fails;
+//! - unlike the Java client, such a request is also *hedged*: when no answer
+//!   came within [`ClientConfig::hedge_after`], the same request goes to a
+//!   second broker and the first answer wins, so a hung broker (which
+//!   accepts connections and answers nothing) costs a fraction of a second,
+//!   not a request timeout.
+//!
+//! Every request runs with the client's own request timeout: a caller with a
+//! shorter deadline stops waiting without cancelling the request, so it never
+//! poisons a connection to a live broker.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kafka_protocol::messages::{
-    FindCoordinatorRequest, MetadataRequest, MetadataResponse, TopicName,
-    metadata_request::MetadataRequestTopic,
-};
-use kafka_protocol::protocol::{Request, StrBytes};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use kafka_protocol::protocol::Request;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::backoff::Backoff;
 use super::connection::{ConnSettings, Connection};
+use super::coordinator::Coordinators;
+use super::describe::DescribeQueues;
 use super::error::KafkaError;
+use super::metadata::Metadata;
+use super::nodes::NodeStates;
 use super::security::{Security, authenticate, server_name, tls_connector};
 use super::versions::api_name;
 
@@ -56,13 +74,42 @@ impl Outcome {
     }
 }
 
-/// Sees every request the client sends; the service counts them.
+/// Why an answer of a transaction coordinator was not used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StaleReason {
+    /// Another broker named a different coordinator for the id.
+    Unconfirmed,
+    /// The answer's pair is below a pair already seen for the id.
+    BelowHighWater,
+}
+
+impl StaleReason {
+    /// The label value used in metrics.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            StaleReason::Unconfirmed => "unconfirmed",
+            StaleReason::BelowHighWater => "below_high_water",
+        }
+    }
+}
+
+/// Sees what the client does; the service turns it into metrics.
 pub trait RequestObserver: Send + Sync + std::fmt::Debug {
     /// One request to one broker finished.
     fn observe(&self, api: &'static str, outcome: Outcome, elapsed: Duration);
+
+    /// One DescribeTransactions went out with `ids` transactional ids.
+    fn describe_batch(&self, _ids: usize) {}
+
+    /// A coordinator's answer was not trusted and the id was asked again.
+    fn stale_answer(&self, _reason: StaleReason) {}
+
+    /// The cluster behind the bootstrap servers changed its id.
+    fn cluster_changed(&self) {}
 }
 
-/// Settings of the Kafka client.
+/// Settings of the Kafka client. The defaults are Kafka's Java client's
+/// where it has the same setting.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
     /// `host:port` addresses to bootstrap from.
@@ -79,29 +126,50 @@ pub struct ClientConfig {
     pub retry_backoff: Duration,
     /// Largest retry delay.
     pub retry_backoff_max: Duration,
+    /// First wait before reconnecting to a broker that failed; doubles up
+    /// to `reconnect_backoff_max`, with jitter.
+    pub reconnect_backoff: Duration,
+    /// Largest wait before reconnecting to a broker that failed.
+    pub reconnect_backoff_max: Duration,
+    /// A request any broker can answer goes to a second broker too when the
+    /// first has not answered within this.
+    pub hedge_after: Duration,
     /// Metadata older than this is refreshed before use.
     pub metadata_max_age: Duration,
     /// Largest frame accepted from a broker.
     pub max_frame_bytes: usize,
-    /// Receives a call per request, for metrics.
+    /// Concurrent describes of one coordinator share requests (one in flight
+    /// per coordinator); `false` sends one request per call.
+    pub describe_batching: bool,
+    /// Most transactional ids in one DescribeTransactions.
+    pub max_describe_batch: usize,
+    /// Most bytes of transactional ids whose coordinator is remembered.
+    pub coordinator_cache_bytes: u64,
+    /// Receives what the client does, for metrics.
     pub observer: Option<Arc<dyn RequestObserver>>,
     /// TLS and SASL.
     pub security: Security,
 }
 
 impl ClientConfig {
-    /// Defaults for a bootstrap list: 5 s per request, 15 s per operation.
+    /// Defaults for a bootstrap list: 5 s per request, 10 s per operation.
     pub fn new(bootstrap: impl IntoIterator<Item = impl Into<String>>) -> ClientConfig {
         ClientConfig {
             bootstrap: bootstrap.into_iter().map(Into::into).collect(),
             client_id: "krabka-authority".to_owned(),
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
-            operation_timeout: Duration::from_secs(15),
-            retry_backoff: Duration::from_millis(50),
+            operation_timeout: Duration::from_secs(10),
+            retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
+            reconnect_backoff: Duration::from_millis(50),
+            reconnect_backoff_max: Duration::from_secs(1),
+            hedge_after: Duration::from_millis(200),
             metadata_max_age: Duration::from_secs(300),
             max_frame_bytes: 100 * 1024 * 1024,
+            describe_batching: true,
+            max_describe_batch: 500,
+            coordinator_cache_bytes: 64 * 1024 * 1024,
             observer: None,
             security: Security::default(),
         }
@@ -117,60 +185,44 @@ pub struct Broker {
     pub addr: String,
 }
 
-/// What metadata says of one partition.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PartitionMeta {
-    /// The partition index.
-    pub index: i32,
-    /// The leader's node id, or -1.
-    pub leader: i32,
-    /// The partition's error code in the metadata response.
-    pub error: i16,
-}
-
-/// What metadata says of one topic.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TopicMeta {
-    /// The topic's error code (3 = unknown topic).
-    pub error: i16,
-    /// Its partitions, by index.
-    pub partitions: Vec<PartitionMeta>,
-}
-
-#[derive(Debug, Default)]
-struct Metadata {
-    brokers: HashMap<i32, String>,
-    topics: HashMap<String, (TopicMeta, Instant)>,
-}
-
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 
-struct Inner {
-    config: ClientConfig,
+/// What every clone of a client shares: settings, the cluster view and the
+/// failure memory.
+pub(crate) struct Core {
+    pub(crate) config: ClientConfig,
     settings: ConnSettings,
     tls: Option<tokio_rustls::TlsConnector>,
-    slots: Mutex<HashMap<String, Slot>>,
-    metadata: RwLock<Metadata>,
-    coordinators: Mutex<HashMap<String, Broker>>,
+    pub(crate) nodes: NodeStates,
+    pub(crate) metadata: Metadata,
+    pub(crate) coordinators: Coordinators,
+    pub(crate) describes: DescribeQueues,
 }
 
-impl std::fmt::Debug for Inner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Inner")
-            .field("config", &self.config)
-            .field("tls", &self.tls.is_some())
-            .finish_non_exhaustive()
-    }
+/// One set of connections, one per broker address.
+#[derive(Default)]
+struct Pool {
+    slots: Mutex<HashMap<String, Slot>>,
 }
 
 /// A Kafka client over `kafka-protocol`: cheap to clone, one connection per
 /// broker shared by every clone.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct KafkaClient {
-    inner: Arc<Inner>,
+    pub(crate) core: Arc<Core>,
+    pool: Arc<Pool>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+impl std::fmt::Debug for KafkaClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaClient")
+            .field("config", &self.core.config)
+            .field("tls", &self.core.tls.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -192,40 +244,77 @@ impl KafkaClient {
             max_frame_bytes: config.max_frame_bytes,
         };
         Ok(KafkaClient {
-            inner: Arc::new(Inner {
+            core: Arc::new(Core {
+                nodes: NodeStates::new(config.reconnect_backoff, config.reconnect_backoff_max),
+                metadata: Metadata::default(),
+                coordinators: Coordinators::new(&config),
+                describes: DescribeQueues::default(),
                 config,
                 settings,
                 tls,
-                slots: Mutex::default(),
-                metadata: RwLock::default(),
-                coordinators: Mutex::default(),
             }),
+            pool: Arc::default(),
         })
+    }
+
+    /// A client sharing this one's cluster view and failure memory but with
+    /// connections of its own: a broker answers the requests of one
+    /// connection in order, so long polls need their own.
+    pub fn with_own_connections(&self) -> KafkaClient {
+        KafkaClient {
+            core: self.core.clone(),
+            pool: Arc::default(),
+        }
     }
 
     /// The client's settings.
     pub fn config(&self) -> &ClientConfig {
-        &self.inner.config
+        &self.core.config
+    }
+
+    pub(crate) fn observer(&self) -> Option<&Arc<dyn RequestObserver>> {
+        self.core.config.observer.as_ref()
+    }
+
+    fn slot(&self, addr: &str) -> Slot {
+        lock(&self.pool.slots)
+            .entry(addr.to_owned())
+            .or_default()
+            .clone()
     }
 
     /// The connection to `addr`, opened (or reopened) when needed. Callers
-    /// for one address share one connection; only one of them connects.
+    /// for one address share one connection; only one of them connects. A
+    /// broker in reconnect backoff fails at once.
     pub(crate) async fn connection(&self, addr: &str) -> Result<Arc<Connection>, KafkaError> {
-        let slot = lock(&self.inner.slots)
-            .entry(addr.to_owned())
-            .or_default()
-            .clone();
+        let slot = self.slot(addr);
         let mut guard = slot.lock().await;
         if let Some(conn) = guard.as_ref().filter(|c| !c.is_closed()) {
             return Ok(conn.clone());
         }
-        let conn = Arc::new(self.open(addr).await?);
-        *guard = Some(conn.clone());
-        Ok(conn)
+        if let Some(left) = self.core.nodes.blocked_for(addr) {
+            return Err(KafkaError::Connect {
+                addr: addr.to_owned(),
+                reason: format!("failed recently; reconnecting in {} ms", left.as_millis()),
+            });
+        }
+        match self.open(addr).await {
+            Ok(conn) => {
+                let conn = Arc::new(conn);
+                *guard = Some(conn.clone());
+                Ok(conn)
+            }
+            Err(e) => {
+                if e.is_retriable() {
+                    self.connection_failed(addr);
+                }
+                Err(e)
+            }
+        }
     }
 
     async fn open(&self, addr: &str) -> Result<Connection, KafkaError> {
-        let config = &self.inner.config;
+        let config = &self.core.config;
         let connect_err = |reason: String| KafkaError::Connect {
             addr: addr.to_owned(),
             reason,
@@ -237,8 +326,9 @@ impl KafkaClient {
         stream
             .set_nodelay(true)
             .map_err(|e| connect_err(e.to_string()))?;
-        let mut conn = match &self.inner.tls {
-            None => Connection::start(stream, addr, self.inner.settings.clone()),
+        let settings = self.core.settings.clone();
+        let mut conn = match &self.core.tls {
+            None => Connection::start(stream, addr, settings),
             Some(tls) => {
                 let name = server_name(addr)?;
                 let stream =
@@ -253,7 +343,7 @@ impl KafkaClient {
                         .map_err(|e| {
                             KafkaError::Tls(format!("handshake with {addr} failed: {e}"))
                         })?;
-                Connection::start(stream, addr, self.inner.settings.clone())
+                Connection::start(stream, addr, settings)
             }
         };
         conn.negotiate(config.request_timeout).await?;
@@ -270,356 +360,173 @@ impl KafkaClient {
         Ok(conn)
     }
 
-    fn observe<T>(&self, api: &'static str, result: &Result<T, KafkaError>, elapsed: Duration) {
-        if let Some(observer) = &self.inner.config.observer {
-            observer.observe(api, Outcome::of(result), elapsed);
-        }
+    /// A connection to `addr` failed or timed out: the broker waits out its
+    /// reconnect backoff, metadata is refreshed before the next routed
+    /// request, and coordinators cached there are looked up again.
+    fn connection_failed(&self, addr: &str) {
+        self.core.nodes.failed(addr);
+        self.core.metadata.request_update();
+        self.core.coordinators.suspect(addr);
     }
 
-    /// Sends one request on `conn` and reports it to the observer.
-    pub(crate) async fn call<R: Request>(
+    /// Sends one request to the broker at `addr` with the client's request
+    /// timeout, and learns from the outcome (see the module docs).
+    pub(crate) async fn send_to<R: Request>(
         &self,
-        conn: &Connection,
+        addr: &str,
         request: &R,
-        timeout: Duration,
-    ) -> Result<(R::Response, i16), KafkaError> {
-        let started = Instant::now();
-        let result = conn.call(request, timeout).await;
-        self.observe(api_name(R::KEY), &result, started.elapsed());
-        result
+    ) -> Result<R::Response, KafkaError> {
+        self.send_to_within(addr, request, self.core.config.request_timeout)
+            .await
     }
 
-    /// Sends one request to the broker at `addr`.
-    pub(crate) async fn call_at<R: Request>(
+    /// [`KafkaClient::send_to`] with a longer request timeout (a long poll).
+    pub(crate) async fn send_to_within<R: Request>(
         &self,
         addr: &str,
         request: &R,
         timeout: Duration,
-    ) -> Result<(R::Response, i16), KafkaError> {
-        let started = Instant::now();
-        let conn = match self.connection(addr).await {
-            Ok(conn) => conn,
+    ) -> Result<R::Response, KafkaError> {
+        match self.connection(addr).await {
+            Ok(conn) => self.call_on(&conn, request, timeout).await,
             Err(e) => {
-                // A request that could not even connect counts as disconnected.
-                self.observe(
-                    api_name(R::KEY),
-                    &Err::<(), _>(e.clone()),
-                    started.elapsed(),
-                );
-                return Err(e);
-            }
-        };
-        self.call(&conn, request, timeout).await
-    }
-
-    /// Any reachable broker: known brokers first, then the bootstrap list.
-    pub(crate) async fn any_connection(&self) -> Result<Arc<Connection>, KafkaError> {
-        let mut candidates: Vec<String> = {
-            let meta = self
-                .inner
-                .metadata
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let mut known: Vec<_> = meta.brokers.values().cloned().collect();
-            known.sort();
-            known
-        };
-        for addr in &self.inner.config.bootstrap {
-            if !candidates.contains(addr) {
-                candidates.push(addr.clone());
-            }
-        }
-        let mut last = None;
-        for addr in &candidates {
-            match self.connection(addr).await {
-                Ok(conn) => return Ok(conn),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| KafkaError::Invalid("no bootstrap servers".into())))
-    }
-
-    /// Runs `attempt` until it succeeds, fails for good, or the operation
-    /// timeout passes; retriable errors are retried after a jittered backoff.
-    /// `attempt` gets the time left, to bound its own request.
-    pub(crate) async fn retrying<T, F, Fut>(
-        &self,
-        op: &'static str,
-        mut attempt: F,
-    ) -> Result<T, KafkaError>
-    where
-        F: FnMut(Duration) -> Fut,
-        Fut: Future<Output = Result<T, KafkaError>>,
-    {
-        let config = &self.inner.config;
-        let started = Instant::now();
-        let deadline = started + config.operation_timeout;
-        let mut backoff = Backoff::new(config.retry_backoff, config.retry_backoff_max);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let bound = left
-                .min(config.request_timeout)
-                .max(Duration::from_millis(1));
-            match attempt(bound).await {
-                Ok(value) => return Ok(value),
-                Err(e) if e.is_retriable() => {
-                    let delay = backoff.next_delay();
-                    if Instant::now() + delay >= deadline {
-                        return Err(KafkaError::GaveUp {
-                            op,
-                            after: started.elapsed(),
-                            last: Box::new(e),
-                        });
-                    }
-                    tracing::debug!(op, error = %e, ?delay, "retrying");
-                    tokio::time::sleep(delay).await;
+                // Counted as a request that could not connect; the failure
+                // itself was recorded by `connection`.
+                if let Some(observer) = self.observer() {
+                    observer.observe(api_name(R::KEY), Outcome::Disconnected, Duration::ZERO);
                 }
-                Err(e) => return Err(e),
+                Err(e)
             }
         }
     }
 
-    /// Fetches metadata for `topics` and records brokers and leaders.
-    pub async fn refresh_metadata(&self, topics: &[&str]) -> Result<(), KafkaError> {
-        self.retrying("metadata", |timeout| async move {
-            let conn = self.any_connection().await?;
-            let request = MetadataRequest::default()
-                .with_topics(Some(
-                    topics
-                        .iter()
-                        .map(|t| {
-                            MetadataRequestTopic::default()
-                                .with_name(Some(TopicName(StrBytes::from_string((*t).to_owned()))))
-                        })
-                        .collect(),
-                ))
-                .with_allow_auto_topic_creation(false);
-            let (response, _) = self.call(&conn, &request, timeout).await?;
-            self.record_metadata(response);
-            Ok(())
-        })
-        .await
-    }
-
-    fn record_metadata(&self, response: MetadataResponse) {
-        let now = Instant::now();
-        let mut meta = self
-            .inner
-            .metadata
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !response.brokers.is_empty() {
-            meta.brokers = response
-                .brokers
-                .iter()
-                .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
-                .collect();
-        }
-        for topic in response.topics {
-            let Some(name) = topic.name else { continue };
-            let mut partitions: Vec<PartitionMeta> = topic
-                .partitions
-                .iter()
-                .map(|p| PartitionMeta {
-                    index: p.partition_index,
-                    leader: p.leader_id.0,
-                    error: p.error_code,
-                })
-                .collect();
-            partitions.sort_by_key(|p| p.index);
-            meta.topics.insert(
-                name.0.to_string(),
-                (
-                    TopicMeta {
-                        error: topic.error_code,
-                        partitions,
-                    },
-                    now,
-                ),
-            );
-        }
-    }
-
-    /// Metadata of `topic`, refreshed when missing or older than the max age.
-    pub async fn topic_metadata(&self, topic: &str) -> Result<TopicMeta, KafkaError> {
-        if let Some(meta) = self.cached_topic(topic) {
-            return Ok(meta);
-        }
-        self.refresh_metadata(&[topic]).await?;
-        self.cached_topic(topic).ok_or_else(|| KafkaError::Topic {
-            topic: topic.to_owned(),
-            reason: "missing from the metadata response".into(),
-        })
-    }
-
-    fn cached_topic(&self, topic: &str) -> Option<TopicMeta> {
-        let meta = self
-            .inner
-            .metadata
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        meta.topics
-            .get(topic)
-            .filter(|(_, at)| at.elapsed() < self.inner.config.metadata_max_age)
-            .map(|(m, _)| m.clone())
-    }
-
-    /// Forgets the metadata of `topic`, so the next use fetches it again.
-    pub(crate) fn invalidate_topic(&self, topic: &str) {
-        self.inner
-            .metadata
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .topics
-            .remove(topic);
-    }
-
-    /// The leader of one partition.
-    pub(crate) async fn leader(&self, topic: &str, partition: i32) -> Result<Broker, KafkaError> {
-        let meta = self.topic_metadata(topic).await?;
-        if meta.error != 0 {
-            self.invalidate_topic(topic);
-            return Err(KafkaError::broker(
-                "Metadata",
-                meta.error,
-                Some(topic.to_owned()),
-            ));
-        }
-        let Some(p) = meta.partitions.iter().find(|p| p.index == partition) else {
-            return Err(KafkaError::Topic {
-                topic: topic.to_owned(),
-                reason: format!(
-                    "has no partition {partition} (it has {})",
-                    meta.partitions.len()
-                ),
-            });
-        };
-        if p.leader < 0 {
-            self.invalidate_topic(topic);
-            // LEADER_NOT_AVAILABLE, retriable.
-            return Err(KafkaError::broker("Metadata", 5, None));
-        }
-        let addr = self
-            .inner
-            .metadata
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .brokers
-            .get(&p.leader)
-            .cloned();
-        match addr {
-            Some(addr) => Ok(Broker { id: p.leader, addr }),
-            None => {
-                self.invalidate_topic(topic);
-                Err(KafkaError::broker("Metadata", 5, None))
-            }
-        }
-    }
-
-    /// The transaction coordinators of `ids`: cached, else looked up with one
-    /// batched FindCoordinator (v4+). Per id, an error when the broker gave one.
-    pub async fn transaction_coordinators(
+    /// Sends one request on an open connection and learns from the outcome.
+    pub(crate) async fn call_on<R: Request>(
         &self,
-        ids: &[String],
+        conn: &Connection,
+        request: &R,
         timeout: Duration,
-    ) -> Result<HashMap<String, Result<Broker, KafkaError>>, KafkaError> {
-        let mut found = HashMap::with_capacity(ids.len());
-        let mut missing = Vec::new();
-        {
-            let cache = lock(&self.inner.coordinators);
-            for id in ids {
-                match cache.get(id) {
-                    Some(b) => {
-                        found.insert(id.clone(), Ok(b.clone()));
-                    }
-                    None if !missing.contains(id) => missing.push(id.clone()),
-                    None => {}
+    ) -> Result<R::Response, KafkaError> {
+        let started = Instant::now();
+        let result = conn.call(request, timeout).await.map(|(r, _)| r);
+        let addr = conn.addr();
+        match &result {
+            Ok(_) => {
+                if self.core.nodes.succeeded(addr) {
+                    self.core.coordinators.trust(addr);
                 }
             }
+            Err(
+                KafkaError::Timeout { .. }
+                | KafkaError::ConnectionClosed { .. }
+                | KafkaError::Protocol { .. }
+                | KafkaError::FrameTooLarge { .. },
+            ) => self.connection_failed(addr),
+            Err(_) => {}
         }
-        if missing.is_empty() {
-            return Ok(found);
+        if let Some(observer) = self.observer() {
+            observer.observe(api_name(R::KEY), Outcome::of(&result), started.elapsed());
         }
-        let conn = self.any_connection().await?;
-        for chunk in missing.chunks(1000) {
-            let request = FindCoordinatorRequest::default()
-                .with_key_type(1)
-                .with_coordinator_keys(
-                    chunk
-                        .iter()
-                        .map(|id| StrBytes::from_string(id.clone()))
-                        .collect(),
-                );
-            let (response, _) = self.call(&conn, &request, timeout).await?;
-            let mut cache = lock(&self.inner.coordinators);
-            for c in response.coordinators {
-                let key = c.key.to_string();
-                if c.error_code == 0 {
-                    let broker = Broker {
-                        id: c.node_id.0,
-                        addr: format!("{}:{}", c.host.as_str(), c.port),
-                    };
-                    cache.insert(key.clone(), broker.clone());
-                    found.insert(key, Ok(broker));
-                } else {
-                    let message = c.error_message.map(|m| m.to_string());
-                    found.insert(
-                        key,
-                        Err(KafkaError::broker("FindCoordinator", c.error_code, message)),
-                    );
-                }
-            }
+        result
+    }
+
+    /// Broker addresses in the order to ask them for a request any broker
+    /// can answer: brokers with a live, idle connection first, then brokers
+    /// not connected yet, then busy ones, and brokers in reconnect backoff
+    /// last; ties in random order so load spreads (Java's `leastLoadedNode`).
+    /// The bootstrap list stands in until metadata names the brokers.
+    pub(crate) fn brokers_by_load(&self, exclude: &[&str]) -> Vec<String> {
+        let mut addrs: Vec<String> = self.core.metadata.broker_addrs();
+        if addrs.is_empty() {
+            addrs = self.core.config.bootstrap.clone();
         }
-        for id in &missing {
-            found.entry(id.clone()).or_insert_with(|| {
-                Err(KafkaError::Protocol {
-                    addr: conn.addr().to_owned(),
-                    reason: format!("FindCoordinator answered nothing for {id:?}"),
-                })
+        addrs.retain(|a| !exclude.contains(&a.as_str()));
+        addrs.sort();
+        addrs.dedup();
+        let slots = lock(&self.pool.slots);
+        let mut ranked: Vec<((u8, usize, u32), String)> = addrs
+            .into_iter()
+            .map(|addr| {
+                let blocked = self.core.nodes.blocked_for(&addr).is_some();
+                let load = match slots.get(&addr).map(|s| s.try_lock()) {
+                    // Someone is connecting: may be a hung broker.
+                    Some(Err(_)) => (2, usize::MAX),
+                    Some(Ok(conn)) => match conn.as_ref().filter(|c| !c.is_closed()) {
+                        Some(c) if c.in_flight() == 0 => (0, 0),
+                        Some(c) => (2, c.in_flight()),
+                        None => (1, 0),
+                    },
+                    None => (1, 0),
+                };
+                let rank = if blocked { 3 } else { load.0 };
+                ((rank, load.1, rand::random::<u32>()), addr)
+            })
+            .collect();
+        ranked.sort();
+        ranked.into_iter().map(|(_, addr)| addr).collect()
+    }
+
+    /// Sends a request any broker can answer (never `exclude`) and returns
+    /// the first answer with the address that gave it. A broker that fails
+    /// is replaced by the next at once; one that is slow gets a second
+    /// broker racing it after `hedge_after` (at most two in flight).
+    pub(crate) async fn send_any<R: Request>(
+        &self,
+        request: &R,
+        exclude: &[&str],
+    ) -> Result<(R::Response, String), KafkaError> {
+        let order = self.brokers_by_load(exclude);
+        let mut next = order.into_iter();
+        let mut racing = FuturesUnordered::new();
+        let start = |addr: String| async move {
+            let result = self.send_to(&addr, request).await;
+            (addr, result)
+        };
+        let Some(first) = next.next() else {
+            return Err(KafkaError::Connect {
+                addr: "the cluster".into(),
+                reason: "no broker to ask".into(),
             });
-        }
-        Ok(found)
-    }
-
-    /// The transaction coordinator of one id, with retries.
-    pub async fn transaction_coordinator(&self, id: &str) -> Result<Broker, KafkaError> {
-        let ids = [id.to_owned()];
-        self.retrying("find coordinator", |timeout| {
-            let ids = &ids;
-            async move {
-                let mut found = self.transaction_coordinators(ids, timeout).await?;
-                found.remove(id).unwrap_or_else(|| {
-                    Err(KafkaError::Invalid(format!("no coordinator for {id:?}")))
-                })
+        };
+        racing.push(start(first));
+        let mut last = None;
+        let hedge = tokio::time::sleep(self.core.config.hedge_after);
+        tokio::pin!(hedge);
+        let mut hedged = false;
+        loop {
+            tokio::select! {
+                done = racing.next() => match done {
+                    Some((addr, Ok(response))) => return Ok((response, addr)),
+                    Some((_, Err(e))) if e.is_retriable() => {
+                        last = Some(e);
+                        if let Some(addr) = next.next() {
+                            racing.push(start(addr));
+                        } else if racing.is_empty() {
+                            break;
+                        }
+                    }
+                    Some((_, Err(e))) => return Err(e),
+                    None => break,
+                },
+                () = &mut hedge, if !hedged => {
+                    hedged = true;
+                    if racing.len() < 2
+                        && let Some(addr) = next.next()
+                    {
+                        racing.push(start(addr));
+                    }
+                }
             }
-        })
-        .await
+        }
+        Err(last.unwrap_or_else(|| KafkaError::Connect {
+            addr: "the cluster".into(),
+            reason: "no broker answered".into(),
+        }))
     }
 
-    /// Forgets the coordinator of `id` after a 15/16 error or a failed
-    /// connection to it.
-    pub fn invalidate_coordinator(&self, id: &str) {
-        lock(&self.inner.coordinators).remove(id);
-    }
-
-    /// Forgets every coordinator cached at `broker`.
-    pub(crate) fn invalidate_coordinators_at(&self, addr: &str) {
-        lock(&self.inner.coordinators).retain(|_, b| b.addr != addr);
-    }
-
-    /// The known brokers by id.
-    pub fn brokers(&self) -> HashMap<i32, String> {
-        self.inner
-            .metadata
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .brokers
-            .clone()
-    }
-
-    /// Closes every connection; later calls reconnect.
+    /// Closes every connection of this client; later calls reconnect.
     pub async fn close(&self) {
-        let slots: Vec<Slot> = lock(&self.inner.slots).drain().map(|(_, s)| s).collect();
+        let slots: Vec<Slot> = lock(&self.pool.slots).drain().map(|(_, s)| s).collect();
         for slot in slots {
             slot.lock().await.take();
         }

@@ -195,6 +195,14 @@ impl Connection {
                 .is_some_and(|at| tokio::time::Instant::now() >= at)
     }
 
+    /// Requests sent and not yet answered.
+    pub(crate) fn in_flight(&self) -> usize {
+        match &*self.shared.lock() {
+            Pending::Open(map) => map.len(),
+            Pending::Poisoned(_) => 0,
+        }
+    }
+
     /// The version to send `api` with on this connection.
     pub(crate) fn version(&self, api: ApiKey) -> Result<i16, KafkaError> {
         self.versions.get(api, &self.shared.addr)

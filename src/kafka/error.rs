@@ -105,6 +105,16 @@ pub enum KafkaError {
         /// The last error seen.
         last: Box<KafkaError>,
     },
+    /// A coordinator's answer could not be trusted to be current (another
+    /// broker names a different coordinator, or it is below a pair already
+    /// seen); the id is asked again.
+    #[error("stale answer from {addr}: {reason}")]
+    Stale {
+        /// The broker that answered.
+        addr: String,
+        /// Why the answer is not trusted.
+        reason: String,
+    },
     /// A caller asked for something that cannot be sent.
     #[error("invalid request: {0}")]
     Invalid(String),
@@ -171,7 +181,8 @@ impl KafkaError {
         match self {
             KafkaError::Connect { .. }
             | KafkaError::ConnectionClosed { .. }
-            | KafkaError::Timeout { .. } => true,
+            | KafkaError::Timeout { .. }
+            | KafkaError::Stale { .. } => true,
             KafkaError::Broker { code, .. } => is_retriable_code(*code),
             _ => false,
         }
@@ -193,12 +204,16 @@ impl KafkaError {
         matches!(self.code(), Some(14..=16))
     }
 
-    /// True when partition leadership may have moved: refresh metadata.
+    /// True when partition leadership may have moved: refresh metadata
+    /// (Java's client does on these codes, on disconnects and on request
+    /// timeouts).
     pub fn needs_metadata_refresh(&self) -> bool {
         matches!(self.code(), Some(3 | 5 | 6 | 56 | 74 | 75 | 103))
             || matches!(
                 self,
-                KafkaError::Connect { .. } | KafkaError::ConnectionClosed { .. }
+                KafkaError::Connect { .. }
+                    | KafkaError::ConnectionClosed { .. }
+                    | KafkaError::Timeout { .. }
             )
     }
 }

@@ -1,25 +1,39 @@
 //! Reading a partition with read_committed: from an offset to the last
-//! stable offset, never waiting for the high watermark.
+//! stable offset, never waiting for the high watermark, always from the
+//! partition's leader.
+//!
+//! Fetch v11+ may be served by a follower, which would keep a reader on the
+//! old leader after a leadership move, lagging by its replication. So every
+//! Fetch and ListOffsets carries the partition's leader epoch from metadata
+//! (`current_leader_epoch`): a broker that is not the leader of that epoch
+//! answers FENCED_LEADER_EPOCH (74), UNKNOWN_LEADER_EPOCH (75) or
+//! NOT_LEADER_OR_FOLLOWER (6), and metadata is refreshed, as Kafka's Java
+//! consumer does.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use kafka_protocol::messages::{
-    FetchRequest, ListOffsetsRequest, TopicName,
+    BrokerId, FetchRequest, ListOffsetsRequest, TopicName,
     fetch_request::{FetchPartition, FetchTopic},
     list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic},
 };
 use kafka_protocol::protocol::StrBytes;
 
 use super::batch::visible_records;
-use super::client::KafkaClient;
+use super::client::{Broker, KafkaClient};
 use super::error::KafkaError;
 use crate::coordination::LogRecord;
 
 const READ_COMMITTED: i8 = 1;
+/// OFFSET_OUT_OF_RANGE: retention moved the log start past the reader.
+pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 /// ListOffsets timestamp for the end of the log (the LSO under read_committed).
 pub const LATEST: i64 = -1;
 /// ListOffsets timestamp for the log start offset.
 pub const EARLIEST: i64 = -2;
+/// Most bytes asked of one partition per fetch.
+const PARTITION_MAX_BYTES: i32 = 4 * 1024 * 1024;
 
 /// Records read from one partition.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -51,19 +65,112 @@ pub struct FetchChunk {
     pub log_start_offset: i64,
 }
 
+/// Where a read_committed reader of one partition stands, and how a fetch
+/// moves it. The one place for the two rules every reader needs:
+/// - a fetch returns whole batches; the next read starts after the last;
+/// - a fetch that returns nothing although the last stable offset is ahead
+///   means that range holds no batch any more (compacted away): after two
+///   such fetches in a row, the reader skips to the last stable offset.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cursor {
+    next: i64,
+    empty_below_lso: u32,
+}
+
+impl Cursor {
+    /// A cursor at `offset`.
+    pub fn at(offset: i64) -> Cursor {
+        Cursor {
+            next: offset.max(0),
+            empty_below_lso: 0,
+        }
+    }
+
+    /// Where the next fetch starts.
+    pub fn next_offset(&self) -> i64 {
+        self.next
+    }
+
+    /// Moves past what `chunk` returned (fetched from the current position).
+    pub fn advance(&mut self, chunk: &FetchChunk) {
+        match chunk.next_offset {
+            Some(next) if next > self.next => {
+                self.next = next;
+                self.empty_below_lso = 0;
+            }
+            _ if chunk.last_stable_offset > self.next => {
+                self.empty_below_lso += 1;
+                if self.empty_below_lso >= 2 {
+                    self.next = chunk.last_stable_offset;
+                    self.empty_below_lso = 0;
+                }
+            }
+            _ => self.empty_below_lso = 0,
+        }
+    }
+
+    /// Resumes at the log start after OFFSET_OUT_OF_RANGE; false when that
+    /// does not move the cursor forward (the error is then real).
+    pub fn skip_to_log_start(&mut self, start: i64) -> bool {
+        if start <= self.next {
+            return false;
+        }
+        self.next = start;
+        self.empty_below_lso = 0;
+        true
+    }
+}
+
+/// One partition of a fetch: where to read and under which leader epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FetchPosition {
+    /// The partition.
+    pub partition: i32,
+    /// The offset to read from.
+    pub offset: i64,
+    /// The leader epoch from metadata, or -1.
+    pub leader_epoch: i32,
+}
+
 impl KafkaClient {
+    /// Groups `partitions` of `topic` by their current leader (from fresh
+    /// metadata), each with its leader epoch; partitions without a leader
+    /// come back as errors.
+    pub async fn partition_leaders(
+        &self,
+        topic: &str,
+        partitions: &[(i32, i64)],
+    ) -> (HashMap<Broker, Vec<FetchPosition>>, Vec<(i32, KafkaError)>) {
+        let mut groups: HashMap<Broker, Vec<FetchPosition>> = HashMap::new();
+        let mut errors = Vec::new();
+        for &(partition, offset) in partitions {
+            match self.leader(topic, partition).await {
+                Ok(leader) => groups
+                    .entry(leader.broker)
+                    .or_default()
+                    .push(FetchPosition {
+                        partition,
+                        offset,
+                        leader_epoch: leader.epoch,
+                    }),
+                Err(e) => errors.push((partition, e)),
+            }
+        }
+        (groups, errors)
+    }
+
     /// One ListOffsets (read_committed) for a partition: `LATEST` gives the
-    /// last stable offset, `EARLIEST` the log start offset.
+    /// last stable offset, `EARLIEST` the log start offset. Retried.
     pub async fn list_offset(
         &self,
         topic: &str,
         partition: i32,
         timestamp: i64,
     ) -> Result<i64, KafkaError> {
-        self.retrying("list offsets", |timeout| async move {
+        self.retrying("list offsets", || async move {
             let leader = self.leader(topic, partition).await?;
             let request = ListOffsetsRequest::default()
-                .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+                .with_replica_id(BrokerId(-1))
                 .with_isolation_level(READ_COMMITTED)
                 .with_topics(vec![
                     ListOffsetsTopic::default()
@@ -71,18 +178,18 @@ impl KafkaClient {
                         .with_partitions(vec![
                             ListOffsetsPartition::default()
                                 .with_partition_index(partition)
-                                .with_current_leader_epoch(-1)
+                                .with_current_leader_epoch(leader.epoch)
                                 .with_timestamp(timestamp),
                         ]),
                 ]);
-            let (response, _) = self.call_at(&leader.addr, &request, timeout).await?;
+            let response = self.send_to(&leader.broker.addr, &request).await?;
             let p = response
                 .topics
                 .iter()
                 .flat_map(|t| t.partitions.iter())
                 .find(|p| p.partition_index == partition)
                 .ok_or_else(|| KafkaError::Protocol {
-                    addr: leader.addr.clone(),
+                    addr: leader.broker.addr.clone(),
                     reason: format!("ListOffsets answered nothing for {topic}-{partition}"),
                 })?;
             if p.error_code != 0 {
@@ -97,100 +204,23 @@ impl KafkaClient {
         .await
     }
 
-    /// One read_committed fetch of a partition from `offset`, waiting up to
-    /// `max_wait` for new data (0 answers at once). No retries: the caller
-    /// decides (a long-polling watcher retries forever, a read gives up).
-    pub async fn fetch_once(
+    /// One read_committed fetch of `positions` (partitions of `topic` led by
+    /// `leader`), waiting up to `max_wait` for new data (0 answers at once).
+    /// No retries: the caller decides (a long-polling watcher retries
+    /// forever, a read gives up). The outer error is for the request as a
+    /// whole; each partition has its chunk or its error.
+    pub async fn fetch_from(
         &self,
+        leader: &Broker,
         topic: &str,
-        partition: i32,
-        offset: i64,
+        positions: &[FetchPosition],
         max_wait: Duration,
-        max_bytes: i32,
-        timeout: Duration,
-    ) -> Result<FetchChunk, KafkaError> {
-        let mut answers = self
-            .fetch_many(topic, &[(partition, offset)], max_wait, max_bytes, timeout)
-            .await?;
-        answers.pop().map_or_else(
-            || Err(KafkaError::Invalid("no fetch answer".into())),
-            |(_, chunk)| chunk,
-        )
-    }
-
-    /// One read_committed fetch of many partitions of `topic`: one request
-    /// per partition leader, sent concurrently. A broker answers one request
-    /// per connection at a time, so a watcher long-polling many partitions
-    /// must ask for them together, not one request each. Returns each
-    /// partition's chunk or error; the outer error is only for a request
-    /// that failed as a whole on every leader asked.
-    pub async fn fetch_many(
-        &self,
-        topic: &str,
-        offsets: &[(i32, i64)],
-        max_wait: Duration,
-        partition_max_bytes: i32,
-        timeout: Duration,
-    ) -> Result<Vec<(i32, Result<FetchChunk, KafkaError>)>, KafkaError> {
-        let mut by_leader: std::collections::HashMap<String, Vec<(i32, i64)>> = Default::default();
-        let mut out = Vec::with_capacity(offsets.len());
-        for &(partition, offset) in offsets {
-            match self.leader(topic, partition).await {
-                Ok(leader) => by_leader
-                    .entry(leader.addr)
-                    .or_default()
-                    .push((partition, offset)),
-                Err(e) => out.push((partition, Err(e))),
-            }
-        }
-        let requests = by_leader.iter().map(|(addr, partitions)| async move {
-            (
-                partitions,
-                self.fetch_from(
-                    addr,
-                    topic,
-                    partitions,
-                    max_wait,
-                    partition_max_bytes,
-                    timeout,
-                )
-                .await,
-            )
-        });
-        let mut last_error = None;
-        for (partitions, result) in futures::future::join_all(requests).await {
-            match result {
-                Ok(chunks) => out.extend(chunks),
-                Err(e) => {
-                    for &(partition, _) in partitions {
-                        out.push((partition, Err(e.clone())));
-                    }
-                    last_error = Some(e);
-                }
-            }
-        }
-        if out.iter().all(|(_, r)| r.is_err())
-            && let Some(e) = last_error
-        {
-            return Err(e);
-        }
-        Ok(out)
-    }
-
-    async fn fetch_from(
-        &self,
-        addr: &str,
-        topic: &str,
-        partitions: &[(i32, i64)],
-        max_wait: Duration,
-        partition_max_bytes: i32,
-        timeout: Duration,
     ) -> Result<Vec<(i32, Result<FetchChunk, KafkaError>)>, KafkaError> {
         let request = FetchRequest::default()
-            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_replica_id(BrokerId(-1))
             .with_max_wait_ms(i32::try_from(max_wait.as_millis()).unwrap_or(i32::MAX))
             .with_min_bytes(1)
-            .with_max_bytes(partition_max_bytes.saturating_mul(partitions.len().min(16) as i32))
+            .with_max_bytes(PARTITION_MAX_BYTES.saturating_mul(positions.len().min(16) as i32))
             .with_isolation_level(READ_COMMITTED)
             .with_session_id(0)
             .with_session_epoch(-1)
@@ -198,46 +228,39 @@ impl KafkaClient {
                 FetchTopic::default()
                     .with_topic(TopicName(StrBytes::from_string(topic.to_owned())))
                     .with_partitions(
-                        partitions
+                        positions
                             .iter()
-                            .map(|&(partition, offset)| {
+                            .map(|p| {
                                 FetchPartition::default()
-                                    .with_partition(partition)
-                                    .with_current_leader_epoch(-1)
-                                    .with_fetch_offset(offset)
+                                    .with_partition(p.partition)
+                                    .with_current_leader_epoch(p.leader_epoch)
+                                    .with_fetch_offset(p.offset)
                                     .with_last_fetched_epoch(-1)
                                     .with_log_start_offset(-1)
-                                    .with_partition_max_bytes(partition_max_bytes)
+                                    .with_partition_max_bytes(PARTITION_MAX_BYTES)
                             })
                             .collect(),
                     ),
             ]);
-        let result = self.call_at(addr, &request, timeout + max_wait).await;
-        let (response, _) = match result {
-            Ok(r) => r,
-            Err(e) => {
-                if e.needs_metadata_refresh() {
-                    self.invalidate_topic(topic);
-                }
-                return Err(e);
-            }
-        };
+        let timeout = self.config().request_timeout + max_wait;
+        let response = self.send_to_within(&leader.addr, &request, timeout).await?;
         if response.error_code != 0 {
             return Err(KafkaError::broker("Fetch", response.error_code, None));
         }
-        let mut data: std::collections::HashMap<i32, _> = response
+        let mut data: HashMap<i32, _> = response
             .responses
             .into_iter()
             .flat_map(|t| t.partitions)
             .map(|p| (p.partition_index, p))
             .collect();
-        let mut out = Vec::with_capacity(partitions.len());
-        for &(partition, offset) in partitions {
+        let mut out = Vec::with_capacity(positions.len());
+        for position in positions {
+            let partition = position.partition;
             let Some(data) = data.remove(&partition) else {
                 out.push((
                     partition,
                     Err(KafkaError::Protocol {
-                        addr: addr.to_owned(),
+                        addr: leader.addr.clone(),
                         reason: format!("Fetch answered nothing for {topic}-{partition}"),
                     }),
                 ));
@@ -258,12 +281,14 @@ impl KafkaClient {
                 .map(|a| (a.producer_id.0, a.first_offset))
                 .collect();
             let visible = match &data.records {
-                Some(bytes) => visible_records(bytes, &aborted, offset).map_err(|reason| {
-                    KafkaError::Protocol {
-                        addr: addr.to_owned(),
-                        reason: format!("{topic}-{partition}: {reason}"),
-                    }
-                }),
+                Some(bytes) => {
+                    visible_records(bytes, &aborted, position.offset).map_err(|reason| {
+                        KafkaError::Protocol {
+                            addr: leader.addr.clone(),
+                            reason: format!("{topic}-{partition}: {reason}"),
+                        }
+                    })
+                }
                 None => Ok(Default::default()),
             };
             out.push((
@@ -280,6 +305,28 @@ impl KafkaClient {
         Ok(out)
     }
 
+    /// One read_committed fetch of one partition from its leader, no wait.
+    async fn fetch_now(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<FetchChunk, KafkaError> {
+        let leader = self.leader(topic, partition).await?;
+        let position = FetchPosition {
+            partition,
+            offset,
+            leader_epoch: leader.epoch,
+        };
+        self.fetch_from(&leader.broker, topic, &[position], Duration::ZERO)
+            .await?
+            .pop()
+            .map_or_else(
+                || Err(KafkaError::Invalid("no fetch answer".into())),
+                |(_, c)| c,
+            )
+    }
+
     /// Reads a partition with read_committed from `from` up to the last
     /// stable offset as it stood when the read began. Aborted transactions
     /// and control batches are dropped. An open transaction holds the LSO
@@ -291,28 +338,22 @@ impl KafkaClient {
         from: i64,
     ) -> Result<PartitionRead, KafkaError> {
         let end = self.list_offset(topic, partition, LATEST).await?;
+        let mut cursor = Cursor::at(from);
         let mut read = PartitionRead {
-            next_offset: from.max(0),
             last_stable_offset: end,
             high_watermark: end,
             ..PartitionRead::default()
         };
-        let max_bytes = 4 * 1024 * 1024;
-        let mut empty_fetches = 0;
-        while read.next_offset < end {
-            let offset = read.next_offset;
+        while cursor.next_offset() < end {
+            let offset = cursor.next_offset();
             let chunk = self
-                .retrying("fetch", |timeout| async move {
-                    self.fetch_once(topic, partition, offset, Duration::ZERO, max_bytes, timeout)
-                        .await
-                })
+                .retrying("fetch", || self.fetch_now(topic, partition, offset))
                 .await;
-            let chunk = match chunk {
+            let mut chunk = match chunk {
                 Ok(chunk) => chunk,
-                Err(e) if e.code() == Some(1) => {
-                    // OFFSET_OUT_OF_RANGE: retention moved the log start past us.
+                Err(e) if e.code() == Some(OFFSET_OUT_OF_RANGE) => {
                     let start = self.list_offset(topic, partition, EARLIEST).await?;
-                    if start <= offset {
+                    if !cursor.skip_to_log_start(start) {
                         return Err(e);
                     }
                     tracing::warn!(
@@ -322,29 +363,65 @@ impl KafkaClient {
                         start,
                         "offset out of range; reading from the log start"
                     );
-                    read.next_offset = start;
                     continue;
                 }
                 Err(e) => return Err(e),
             };
+            // Read no further than the end seen at the start.
+            chunk.last_stable_offset = chunk.last_stable_offset.min(end);
             read.log_start_offset = chunk.log_start_offset;
             read.high_watermark = chunk.high_watermark;
+            cursor.advance(&chunk);
             read.records.extend(chunk.records);
-            match chunk.next_offset {
-                Some(next) if next > offset => {
-                    read.next_offset = next;
-                    empty_fetches = 0;
-                }
-                _ => {
-                    // Nothing whole came back below the LSO: the rest of the
-                    // range holds no batch (compacted away). Stop at `end`.
-                    empty_fetches += 1;
-                    if empty_fetches >= 2 || chunk.last_stable_offset >= end {
-                        read.next_offset = end;
-                    }
-                }
-            }
         }
+        read.next_offset = cursor.next_offset().max(from.max(0));
         Ok(read)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(next: Option<i64>, lso: i64) -> FetchChunk {
+        FetchChunk {
+            next_offset: next,
+            last_stable_offset: lso,
+            ..FetchChunk::default()
+        }
+    }
+
+    #[test]
+    fn a_cursor_moves_past_whole_batches() {
+        let mut c = Cursor::at(0);
+        c.advance(&chunk(Some(5), 9));
+        assert_eq!(c.next_offset(), 5);
+        c.advance(&chunk(Some(9), 9));
+        assert_eq!(c.next_offset(), 9);
+        c.advance(&chunk(None, 9));
+        assert_eq!(c.next_offset(), 9, "nothing new at the LSO: stay");
+    }
+
+    #[test]
+    fn two_empty_fetches_below_the_lso_skip_to_it() {
+        let mut c = Cursor::at(3);
+        c.advance(&chunk(None, 10));
+        assert_eq!(c.next_offset(), 3, "one empty fetch may be a race");
+        c.advance(&chunk(None, 10));
+        assert_eq!(c.next_offset(), 10, "the range holds no batch");
+        let mut c = Cursor::at(3);
+        c.advance(&chunk(None, 10));
+        c.advance(&chunk(Some(4), 10));
+        c.advance(&chunk(None, 10));
+        assert_eq!(c.next_offset(), 4, "a batch in between resets the count");
+    }
+
+    #[test]
+    fn out_of_range_resumes_at_the_log_start_only_forward() {
+        let mut c = Cursor::at(7);
+        assert!(!c.skip_to_log_start(5));
+        assert_eq!(c.next_offset(), 7);
+        assert!(c.skip_to_log_start(12));
+        assert_eq!(c.next_offset(), 12);
     }
 }

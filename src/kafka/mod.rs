@@ -7,24 +7,33 @@
 mod backoff;
 mod batch;
 mod client;
+mod cluster;
 mod connection;
+mod coordinator;
 mod describe;
 mod error;
 mod fetch;
+mod metadata;
+mod nodes;
 mod produce;
+mod retry;
 mod security;
+mod settings;
+mod tail;
 mod topic;
 mod transport;
 mod txn;
 mod versions;
 
-pub use client::{
-    Broker, ClientConfig, KafkaClient, Outcome, PartitionMeta, RequestObserver, TopicMeta,
-};
-pub use describe::{Described, TransactionDescription};
+pub use client::{Broker, ClientConfig, KafkaClient, Outcome, RequestObserver, StaleReason};
+pub use describe::{CONFIRM_WINDOW, Described, TransactionDescription};
 pub use error::{FENCED_CODES, KafkaError, TRANSACTIONAL_ID_NOT_FOUND, is_retriable_code};
-pub use fetch::{EARLIEST, FetchChunk, LATEST, PartitionRead};
+pub use fetch::{
+    Cursor, EARLIEST, FetchChunk, FetchPosition, LATEST, OFFSET_OUT_OF_RANGE, PartitionRead,
+};
+pub use metadata::{PartitionMeta, TopicMeta};
 pub use security::{SaslConfig, SaslMechanism, Secret, Security, TlsConfig};
+pub use settings::{KafkaSettings, Mechanism, Protocol};
 pub use topic::TopicSpec;
 pub use transport::{DEFAULT_TOPIC, GuardedRecord, KafkaTransport, TransportConfig};
 pub use txn::{ProducerSession, Transaction, TxnError};

@@ -2,8 +2,6 @@
 //! transactional write sends. Every write is pinned to a partition and
 //! waits for acks=all.
 
-use std::time::Duration;
-
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{
     ProduceRequest, TopicName, TransactionalId,
@@ -130,9 +128,9 @@ impl KafkaClient {
         partition: i32,
         batch: Bytes,
         transactional_id: Option<&str>,
-        timeout: Duration,
     ) -> Result<i64, KafkaError> {
-        let leader = self.leader(topic, partition).await?;
+        let leader = self.leader(topic, partition).await?.broker;
+        let timeout = self.config().request_timeout;
         let request = ProduceRequest::default()
             .with_transactional_id(
                 transactional_id.map(|id| TransactionalId(StrBytes::from_string(id.to_owned()))),
@@ -148,8 +146,8 @@ impl KafkaClient {
                             .with_records(Some(batch)),
                     ]),
             ]);
-        let result = self.call_at(&leader.addr, &request, timeout).await;
-        let (response, _) = match result {
+        let result = self.send_to(&leader.addr, &request).await;
+        let response = match result {
             Ok(r) => r,
             Err(e) => {
                 if e.needs_metadata_refresh() {
@@ -198,12 +196,9 @@ impl KafkaClient {
             return Err(KafkaError::Invalid("an empty batch".into()));
         }
         let batch = encode_plain_batch(records, timestamp_ms)?;
-        self.retrying("append batch", |timeout| {
+        self.retrying("append batch", || {
             let batch = batch.clone();
-            async move {
-                self.produce_batch(topic, partition, batch, None, timeout)
-                    .await
-            }
+            async move { self.produce_batch(topic, partition, batch, None).await }
         })
         .await
     }
@@ -228,12 +223,9 @@ impl KafkaClient {
             timestamp_ms,
         };
         let batch = encode_batch(&write, ProducerFields::NONE)?;
-        self.retrying("append", |timeout| {
+        self.retrying("append", || {
             let batch = batch.clone();
-            async move {
-                self.produce_batch(topic, partition, batch, None, timeout)
-                    .await
-            }
+            async move { self.produce_batch(topic, partition, batch, None).await }
         })
         .await
     }

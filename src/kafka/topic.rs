@@ -57,10 +57,9 @@ impl KafkaClient {
         }
     }
 
-    /// The topic's `cleanup.policy`.
+    /// The topic's `cleanup.policy`, asked of any broker.
     pub async fn cleanup_policy(&self, topic: &str) -> Result<String, KafkaError> {
-        self.retrying("describe configs", |timeout| async move {
-            let conn = self.any_connection().await?;
+        self.retrying("describe configs", || async move {
             let request = DescribeConfigsRequest::default().with_resources(vec![
                 DescribeConfigsResource::default()
                     .with_resource_type(RESOURCE_TOPIC)
@@ -69,7 +68,7 @@ impl KafkaClient {
                         "cleanup.policy",
                     )])),
             ]);
-            let (response, _) = self.call(&conn, &request, timeout).await?;
+            let (response, _) = self.send_any(&request, &[]).await?;
             let result = response
                 .results
                 .into_iter()
@@ -93,42 +92,49 @@ impl KafkaClient {
         .await
     }
 
-    /// One broker-level config value (e.g. `transaction.max.timeout.ms`),
-    /// asked of a broker about itself.
+    /// One broker-level config value (e.g. `transaction.max.timeout.ms`).
+    /// A broker's own config is asked of that broker: the least loaded one
+    /// that is up, and another one when it fails.
     pub async fn broker_config(&self, key: &str) -> Result<Option<String>, KafkaError> {
         if self.brokers().is_empty() {
             self.refresh_metadata(&[]).await?;
         }
-        let Some((id, addr)) = self.brokers().into_iter().min() else {
-            return Err(KafkaError::Invalid("no broker known".into()));
-        };
-        self.retrying("describe broker config", |timeout| {
-            let addr = addr.clone();
-            async move {
-                let request = DescribeConfigsRequest::default().with_resources(vec![
-                    DescribeConfigsResource::default()
-                        .with_resource_type(RESOURCE_BROKER)
-                        .with_resource_name(StrBytes::from_string(id.to_string()))
-                        .with_configuration_keys(Some(vec![StrBytes::from_string(key.to_owned())])),
-                ]);
-                let (response, _) = self.call_at(&addr, &request, timeout).await?;
-                let Some(result) = response.results.into_iter().next() else {
-                    return Ok(None);
-                };
-                if result.error_code != 0 {
-                    return Err(KafkaError::broker(
-                        "DescribeConfigs",
-                        result.error_code,
-                        result.error_message.map(|m| m.to_string()),
-                    ));
-                }
-                Ok(result
-                    .configs
-                    .iter()
-                    .find(|c| c.name.as_str() == key)
-                    .and_then(|c| c.value.as_ref())
-                    .map(|v| v.to_string()))
+        self.retrying("describe broker config", || async move {
+            let brokers = self.brokers();
+            let (id, addr) = self
+                .brokers_by_load(&[])
+                .into_iter()
+                .find_map(|addr| {
+                    let id = brokers.iter().find(|(_, a)| **a == addr)?.0;
+                    Some((*id, addr))
+                })
+                .ok_or_else(|| KafkaError::Connect {
+                    addr: "the cluster".into(),
+                    reason: "no broker known".into(),
+                })?;
+            let request = DescribeConfigsRequest::default().with_resources(vec![
+                DescribeConfigsResource::default()
+                    .with_resource_type(RESOURCE_BROKER)
+                    .with_resource_name(StrBytes::from_string(id.to_string()))
+                    .with_configuration_keys(Some(vec![StrBytes::from_string(key.to_owned())])),
+            ]);
+            let response = self.send_to(&addr, &request).await?;
+            let Some(result) = response.results.into_iter().next() else {
+                return Ok(None);
+            };
+            if result.error_code != 0 {
+                return Err(KafkaError::broker(
+                    "DescribeConfigs",
+                    result.error_code,
+                    result.error_message.map(|m| m.to_string()),
+                ));
             }
+            Ok(result
+                .configs
+                .iter()
+                .find(|c| c.name.as_str() == key)
+                .and_then(|c| c.value.as_ref())
+                .map(|v| v.to_string()))
         })
         .await
     }
@@ -169,7 +175,7 @@ impl KafkaClient {
         }
         self.check_compacted(topic).await?;
         // A new topic's metadata shows up a moment after creation.
-        self.retrying("topic metadata", |_| async move {
+        self.retrying("topic metadata", || async move {
             match self.partition_count(topic).await {
                 Err(KafkaError::Topic { .. }) => Err(KafkaError::broker(
                     "Metadata",
@@ -190,12 +196,13 @@ impl KafkaClient {
                 .filter(|(k, _)| k != "cleanup.policy")
                 .cloned(),
         );
-        self.retrying("create topic", |timeout| {
+        let timeout_ms =
+            i32::try_from(self.config().request_timeout.as_millis()).unwrap_or(i32::MAX);
+        self.retrying("create topic", || {
             let configs = configs.clone();
             async move {
-                let conn = self.any_connection().await?;
                 let request = CreateTopicsRequest::default()
-                    .with_timeout_ms(i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX))
+                    .with_timeout_ms(timeout_ms)
                     .with_topics(vec![
                         CreatableTopic::default()
                             .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
@@ -212,7 +219,7 @@ impl KafkaClient {
                                     .collect(),
                             ),
                     ]);
-                let (response, _) = self.call(&conn, &request, timeout).await?;
+                let (response, _) = self.send_any(&request, &[]).await?;
                 let result = response
                     .topics
                     .into_iter()

@@ -26,6 +26,12 @@ use crate::transport::{
     Coordinator, LeaseWriter, Registrar, StateReader, Transport, TransportError, TransportResult,
 };
 
+impl From<KafkaError> for TransportError {
+    fn from(e: KafkaError) -> TransportError {
+        TransportError::Cluster(e.into())
+    }
+}
+
 /// The default coordination topic.
 pub const DEFAULT_TOPIC: &str = "__coordination_state";
 
@@ -214,7 +220,7 @@ impl KafkaTransport {
                     role: role.to_owned(),
                     reason: TxnError::Uncertain(e).to_string(),
                 },
-                TxnError::Kafka(e) => TransportError::Kafka(e),
+                TxnError::Kafka(e) => e.into(),
             })
     }
 

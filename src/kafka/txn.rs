@@ -96,15 +96,15 @@ impl KafkaClient {
         let timeout_ms = i32::try_from(transaction_timeout.as_millis())
             .map_err(|_| KafkaError::Invalid("transaction timeout over i32 ms".into()))?;
         let (producer_id, producer_epoch) = self
-            .retrying("init producer id", |timeout| async move {
-                let coordinator = self.coordinator_once(transactional_id, timeout).await?;
+            .retrying("init producer id", || async move {
+                let coordinator = self.coordinator(transactional_id).await?;
                 let request = InitProducerIdRequest::default()
                     .with_transactional_id(Some(txn_id(transactional_id)))
                     .with_transaction_timeout_ms(timeout_ms)
                     .with_producer_id(ProducerId(-1))
                     .with_producer_epoch(-1);
-                let (response, _) = self
-                    .coordinator_call(transactional_id, &coordinator, &request, timeout)
+                let response = self
+                    .coordinator_call(transactional_id, &coordinator, &request)
                     .await?;
                 match response.error_code {
                     0 => Ok((response.producer_id.0, response.producer_epoch)),
@@ -123,30 +123,17 @@ impl KafkaClient {
         })
     }
 
-    async fn coordinator_once(
-        &self,
-        transactional_id: &str,
-        timeout: Duration,
-    ) -> Result<super::client::Broker, KafkaError> {
-        let ids = [transactional_id.to_owned()];
-        self.transaction_coordinators(&ids, timeout)
-            .await?
-            .remove(transactional_id)
-            .unwrap_or_else(|| Err(KafkaError::Invalid("no coordinator answer".into())))
-    }
-
     async fn coordinator_call<R: kafka_protocol::protocol::Request>(
         &self,
         transactional_id: &str,
         coordinator: &super::client::Broker,
         request: &R,
-        timeout: Duration,
-    ) -> Result<(R::Response, i16), KafkaError> {
-        let result = self.call_at(&coordinator.addr, request, timeout).await;
+    ) -> Result<R::Response, KafkaError> {
+        let result = self.send_to(&coordinator.addr, request).await;
         if let Err(e) = &result
             && e.is_retriable()
         {
-            self.invalidate_coordinator(transactional_id);
+            self.core.coordinators.forget(transactional_id);
         }
         result
     }
@@ -159,7 +146,7 @@ impl KafkaClient {
     ) -> KafkaError {
         let err = KafkaError::broker(api, code, None);
         if err.is_coordinator_error() {
-            self.invalidate_coordinator(transactional_id);
+            self.core.coordinators.forget(transactional_id);
         }
         err
     }
@@ -217,18 +204,12 @@ impl KafkaClient {
     ) -> Result<i64, KafkaError> {
         let ambiguous = std::sync::Mutex::new(None::<KafkaError>);
         let result = self
-            .retrying("transactional produce", |timeout| {
+            .retrying("transactional produce", || {
                 let batch = batch.clone();
                 let ambiguous = &ambiguous;
                 async move {
                     let result = self
-                        .produce_batch(
-                            write.topic,
-                            write.partition,
-                            batch,
-                            Some(transactional_id),
-                            timeout,
-                        )
+                        .produce_batch(write.topic, write.partition, batch, Some(transactional_id))
                         .await;
                     match result {
                         Err(e) if e.code() == Some(DUPLICATE_SEQUENCE) => Ok(-1),
@@ -263,8 +244,8 @@ impl KafkaClient {
         topic: &str,
         partition: i32,
     ) -> Result<(), KafkaError> {
-        self.retrying("add partitions to txn", |timeout| async move {
-            let coordinator = self.coordinator_once(transactional_id, timeout).await?;
+        self.retrying("add partitions to txn", || async move {
+            let coordinator = self.coordinator(transactional_id).await?;
             let request = AddPartitionsToTxnRequest::default()
                 .with_v3_and_below_transactional_id(txn_id(transactional_id))
                 .with_v3_and_below_producer_id(ProducerId(token.producer_id()))
@@ -274,8 +255,8 @@ impl KafkaClient {
                         .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
                         .with_partitions(vec![partition]),
                 ]);
-            let (response, _) = self
-                .coordinator_call(transactional_id, &coordinator, &request, timeout)
+            let response = self
+                .coordinator_call(transactional_id, &coordinator, &request)
                 .await?;
             if response.error_code != 0 {
                 return Err(self.coordinator_error(
@@ -306,15 +287,15 @@ impl KafkaClient {
         token: FencingToken,
         commit: bool,
     ) -> Result<(), KafkaError> {
-        self.retrying("end txn", |timeout| async move {
-            let coordinator = self.coordinator_once(transactional_id, timeout).await?;
+        self.retrying("end txn", || async move {
+            let coordinator = self.coordinator(transactional_id).await?;
             let request = EndTxnRequest::default()
                 .with_transactional_id(txn_id(transactional_id))
                 .with_producer_id(ProducerId(token.producer_id()))
                 .with_producer_epoch(token.producer_epoch())
                 .with_committed(commit);
-            let (response, _) = self
-                .coordinator_call(transactional_id, &coordinator, &request, timeout)
+            let response = self
+                .coordinator_call(transactional_id, &coordinator, &request)
                 .await?;
             match response.error_code {
                 0 => Ok(()),

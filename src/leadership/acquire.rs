@@ -4,11 +4,11 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::clock::Clock;
 use super::error::LeadershipError;
 use super::events::Event;
 use super::options::{EventSink, Options};
 use crate::coordination::{Decision, FencingToken, RoleState, SuccessionConfig, evaluate};
+use crate::time::Clock;
 use crate::transport::{Transport, TransportError};
 
 /// Reports transitions to `tracing` and the optional sink.

@@ -1,6 +1,6 @@
 //! What a third party asks: who holds a role, and the role's roster.
 
-use crate::coordination::{FencingToken, RoleState};
+use crate::coordination::{FencingToken, RoleState, Verdict, verdict};
 use crate::transport::{Coordinator, StateReader, TransportError};
 
 /// The coordinator's answer for one role.
@@ -16,7 +16,7 @@ impl LeadershipStatus {
     /// True only for the current token: a writer with any other token is
     /// deposed (or was never minted here).
     pub fn authoritative(&self, token: &FencingToken) -> bool {
-        token.minted() && self.current == Some(*token)
+        verdict(*token, self.current) == Verdict::Authoritative
     }
 }
 

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use super::clock::rfc3339_ms as instant;
 use crate::coordination::FencingToken;
+use crate::time::rfc3339_ms as instant;
 
 /// One transition of one member of one role.
 #[derive(Clone, Debug, PartialEq, Eq)]

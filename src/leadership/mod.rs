@@ -7,14 +7,12 @@
 //! passes its token with every guarded write and the broker checks it.
 
 mod acquire;
-mod clock;
 mod describe;
 mod error;
 mod events;
 mod options;
 
 pub use acquire::{Leadership, acquire};
-pub use clock::{Clock, ManualClock, Rfc3339Ms, Sleep, SystemClock, rfc3339_ms};
 pub use describe::{LeadershipStatus, describe_leadership, describe_role_state};
 pub use error::LeadershipError;
 pub use events::Event;

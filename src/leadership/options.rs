@@ -5,10 +5,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::clock::{Clock, SystemClock};
 use super::error::LeadershipError;
 use super::events::Event;
 use crate::coordination::SuccessionConfig;
+use crate::time::{Clock, SystemClock};
 
 /// Receives every transition of a member (for logs, demos, tests).
 pub type EventSink = Arc<dyn Fn(&Event) + Send + Sync>;

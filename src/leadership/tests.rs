@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::coordination::RoleState;
+use crate::time::ManualClock;
 use crate::transport::memory::{MemoryCluster, MemoryTransport};
 use crate::transport::{LeaseWriter, Registrar};
 

@@ -1,99 +1,177 @@
-//! `serve` configuration: flags that are also `KRABKA_…` environment
-//! variables, checked before a port is bound.
+//! The service's settings, one struct per concern, each setting defined
+//! once: its flag, its `KRABKA_…` environment variable, its default and its
+//! bounds sit on the field, and `serve` is built from these structs. A value
+//! out of bounds stops the process at start-up with exit status 2 and a
+//! message naming the flag, before it can overflow an instant, exhaust a
+//! semaphore or wait forever. [`Default`] gives the flags' defaults.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::builder::RangedU64ValueParser;
+use clap::{Args, FromArgMatches};
 
-use crate::cli::{KafkaArgs, parse_duration};
-use crate::kafka::ClientConfig;
+use crate::kafka::KafkaSettings;
+use crate::time::duration_between;
 
-/// Flags of `serve`.
+const MS: Duration = Duration::from_millis(10);
+const SECOND: Duration = Duration::from_secs(1);
+const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// The flags' defaults of a settings struct, ignoring the environment.
+fn defaults<T: Args + FromArgMatches>() -> T {
+    let command = T::augment_args(clap::Command::new("defaults").no_binary_name(true))
+        .mut_args(|arg| arg.env(None::<&str>));
+    let matches = command.get_matches_from(Vec::<String>::new());
+    match T::from_arg_matches(&matches) {
+        Ok(value) => value,
+        // Every field has a default; a test holds this.
+        Err(e) => panic!("settings without defaults: {e}"),
+    }
+}
+
+/// The HTTP server.
 #[derive(Args, Clone, Debug)]
-pub struct ServeArgs {
-    #[command(flatten)]
-    pub kafka: KafkaArgs,
-
+pub struct HttpSettings {
     /// Address to listen on.
     #[arg(long, env = "KRABKA_LISTEN", default_value = "0.0.0.0:8080")]
-    pub listen: String,
-
-    /// How stale a roster view may get: the longest wait of the watcher's
-    /// long-poll fetches, after which a view is read again.
-    #[arg(long, env = "KRABKA_ROSTER_TTL", default_value = "1s", value_parser = parse_duration)]
-    pub roster_ttl: Duration,
-
-    /// How often the coordinator is asked for the current pair of every role.
-    #[arg(long, env = "KRABKA_POLL_INTERVAL", default_value = "5s", value_parser = parse_duration)]
-    pub poll_interval: Duration,
-
-    /// The window over which failovers count towards `flapping`.
-    #[arg(long, env = "KRABKA_STATUS_WINDOW", default_value = "10m", value_parser = parse_duration)]
-    pub status_window: Duration,
-
-    /// More failovers than this within the status window is `flapping`.
-    #[arg(long, env = "KRABKA_FLAPPING_THRESHOLD", default_value_t = 3)]
-    pub flapping_threshold: usize,
-
-    /// Most roles with per-role metric series; the rest are counted in
-    /// krabka_role_series_omitted_total.
-    #[arg(long, env = "KRABKA_MAX_ROLE_SERIES", default_value_t = 1000)]
-    pub max_role_series: usize,
-
-    /// Changes kept per role for resuming event streams.
-    #[arg(long, env = "KRABKA_EVENT_HISTORY", default_value_t = 128)]
-    pub event_history: usize,
+    pub listen: SocketAddr,
 
     /// Limit on answering one HTTP request; an authority check that cannot
     /// ask the coordinator in time answers 503.
-    #[arg(long, env = "KRABKA_REQUEST_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "KRABKA_REQUEST_TIMEOUT", default_value = "5s", value_parser = duration_between(MS, 10 * MINUTE))]
     pub request_timeout: Duration,
 
-    /// Most transactional ids in one DescribeTransactions request.
-    #[arg(long, env = "KRABKA_MAX_DESCRIBE_BATCH", default_value_t = 500)]
-    pub max_describe_batch: usize,
-
-    /// Batch concurrent checks per coordinator (one DescribeTransactions in
-    /// flight); `false` sends one request per check.
-    #[arg(long, env = "KRABKA_DESCRIBE_BATCHING", default_value_t = true, action = clap::ArgAction::Set)]
-    pub describe_batching: bool,
-
-    /// Capacity of the cache of superseded (role, token) pairs.
-    #[arg(
-        long,
-        env = "KRABKA_SUPERSEDED_CACHE_CAPACITY",
-        default_value_t = 100_000
-    )]
-    pub superseded_cache_capacity: u64,
-
-    /// The members' challenge stagger, used to show challenge instants in
-    /// roster views.
-    #[arg(long, env = "KRABKA_CHALLENGE_STAGGER", default_value = "5s", value_parser = parse_duration)]
-    pub challenge_stagger: Duration,
-
     /// Most items in one POST /authority/check.
-    #[arg(long, env = "KRABKA_MAX_CHECK_ITEMS", default_value_t = 1000)]
+    #[arg(long, env = "KRABKA_MAX_CHECK_ITEMS", default_value = "1000", value_parser = RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     pub max_check_items: usize,
 
     /// Largest request body accepted, in bytes.
-    #[arg(long, env = "KRABKA_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    #[arg(long, env = "KRABKA_MAX_BODY_BYTES", default_value = "1048576", value_parser = RangedU64ValueParser::<usize>::new().range(1024..=64 * 1024 * 1024))]
     pub max_body_bytes: usize,
 
     /// Most open HTTP connections; more are closed on accept.
-    #[arg(long, env = "KRABKA_MAX_CONNECTIONS", default_value_t = 10_000)]
+    #[arg(long, env = "KRABKA_MAX_CONNECTIONS", default_value = "10000", value_parser = RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub max_connections: usize,
 
     /// Limit on receiving a request's headers, and on an idle keep-alive
     /// connection waiting for its next request: slow or idle clients are
     /// disconnected.
-    #[arg(long, env = "KRABKA_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "KRABKA_HEADER_TIMEOUT", default_value = "10s", value_parser = duration_between(100 * Duration::from_millis(1), HOUR))]
     pub header_timeout: Duration,
 
+    /// On SIGTERM (or SIGHUP), how long to keep serving with /readyz
+    /// answering 503 before closing the listener, so load balancers stop
+    /// sending first.
+    #[arg(long, env = "KRABKA_SHUTDOWN_DELAY", default_value = "0s", value_parser = duration_between(Duration::ZERO, 10 * MINUTE))]
+    pub shutdown_delay: Duration,
+
+    /// How long a shutdown waits for requests in flight.
+    #[arg(long, env = "KRABKA_DRAIN_TIMEOUT", default_value = "10s", value_parser = duration_between(Duration::ZERO, HOUR))]
+    pub drain_timeout: Duration,
+
+    /// The Retry-After a 503 carries (whole seconds).
+    #[arg(long, env = "KRABKA_RETRY_AFTER", default_value = "1s", value_parser = duration_between(SECOND, HOUR))]
+    pub retry_after: Duration,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        defaults()
+    }
+}
+
+impl HttpSettings {
+    /// Retry-After in whole seconds.
+    pub fn retry_after_secs(&self) -> u64 {
+        self.retry_after.as_secs().max(1)
+    }
+}
+
+/// The authority checks.
+#[derive(Args, Clone, Debug)]
+pub struct CheckSettings {
+    /// Batch concurrent checks per coordinator (one DescribeTransactions in
+    /// flight); `false` sends one request per check.
+    #[arg(long, env = "KRABKA_DESCRIBE_BATCHING", default_value_t = true, action = clap::ArgAction::Set)]
+    pub describe_batching: bool,
+
+    /// Most transactional ids in one DescribeTransactions request.
+    #[arg(long, env = "KRABKA_MAX_DESCRIBE_BATCH", default_value = "500", value_parser = RangedU64ValueParser::<usize>::new().range(1..=10_000))]
+    pub max_describe_batch: usize,
+
+    /// Capacity of the cache of superseded (role, token) pairs (a pair with
+    /// a role name over 1 KiB counts once per KiB).
+    #[arg(long, env = "KRABKA_SUPERSEDED_CACHE_CAPACITY", default_value = "100000", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub superseded_cache_capacity: u64,
+
+    /// Most bytes of role names kept with their high-water marks (the
+    /// highest pair seen of each role).
+    #[arg(long, env = "KRABKA_HIGH_WATER_BYTES", default_value = "67108864", value_parser = clap::value_parser!(u64).range(1024..=1 << 36))]
+    pub high_water_bytes: u64,
+
+    /// Most bytes of role names whose transaction coordinator is remembered.
+    #[arg(long, env = "KRABKA_COORDINATOR_CACHE_BYTES", default_value = "67108864", value_parser = clap::value_parser!(u64).range(1024..=1 << 36))]
+    pub coordinator_cache_bytes: u64,
+}
+
+impl Default for CheckSettings {
+    fn default() -> Self {
+        defaults()
+    }
+}
+
+/// The watcher of the topic and its views.
+#[derive(Args, Clone, Debug)]
+pub struct WatchSettings {
+    /// How stale a roster view may get: the longest wait of the watcher's
+    /// long polls, after which a partition is read again.
+    #[arg(long, env = "KRABKA_ROSTER_TTL", default_value = "1s", value_parser = duration_between(MS, MINUTE))]
+    pub roster_ttl: Duration,
+
+    /// How often the coordinator is asked for the current pair of every role.
+    #[arg(long, env = "KRABKA_POLL_INTERVAL", default_value = "5s", value_parser = duration_between(100 * Duration::from_millis(1), HOUR))]
+    pub poll_interval: Duration,
+
+    /// The window over which failovers count towards `flapping`.
+    #[arg(long, env = "KRABKA_STATUS_WINDOW", default_value = "10m", value_parser = duration_between(SECOND, 30 * DAY))]
+    pub status_window: Duration,
+
+    /// More failovers than this within the status window is `flapping`.
+    #[arg(long, env = "KRABKA_FLAPPING_THRESHOLD", default_value = "3", value_parser = RangedU64ValueParser::<usize>::new().range(0..=1_000_000))]
+    pub flapping_threshold: usize,
+
+    /// Most roles with per-role metric series; the rest are counted in
+    /// krabka_role_series_omitted_total.
+    #[arg(long, env = "KRABKA_MAX_ROLE_SERIES", default_value = "1000", value_parser = RangedU64ValueParser::<usize>::new().range(0..=1_000_000))]
+    pub max_role_series: usize,
+
+    /// Changes kept per role for resuming event streams.
+    #[arg(long, env = "KRABKA_EVENT_HISTORY", default_value = "128", value_parser = RangedU64ValueParser::<usize>::new().range(0..=100_000))]
+    pub event_history: usize,
+
+    /// The members' challenge stagger, to show challenge instants and tell
+    /// `stuck`.
+    #[arg(long, env = "KRABKA_CHALLENGE_STAGGER", default_value = "5s", value_parser = duration_between(Duration::ZERO, HOUR))]
+    pub challenge_stagger: Duration,
+}
+
+impl Default for WatchSettings {
+    fn default() -> Self {
+        defaults()
+    }
+}
+
+/// Bearer tokens on the API.
+#[derive(Args, Clone, Debug)]
+pub struct AuthSettings {
     /// File of accepted API bearer tokens, one per line (e.g. a mounted
     /// Secret); read again when it changes. Unset: the API is open.
     #[arg(long, env = "KRABKA_API_TOKENS_FILE")]
-    pub api_tokens_file: Option<std::path::PathBuf>,
+    pub api_tokens_file: Option<PathBuf>,
 
     /// Require a token for /healthz too.
     #[arg(long, env = "KRABKA_PROTECT_HEALTHZ", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -103,179 +181,157 @@ pub struct ServeArgs {
     #[arg(long, env = "KRABKA_PROTECT_READYZ", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub protect_readyz: bool,
 
-    /// Require a token for /metrics too.
-    #[arg(long, env = "KRABKA_PROTECT_METRICS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    /// Serve /metrics without a token although tokens are configured. The
+    /// per-role series name every role, holder and pair, which the 401s of
+    /// the API hide; open them only to a trusted network.
+    #[arg(long, env = "KRABKA_PUBLIC_METRICS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub public_metrics: bool,
+
+    /// Accepted for earlier versions' flags: /metrics is protected whenever
+    /// tokens are configured, unless --public-metrics.
+    #[arg(long, env = "KRABKA_PROTECT_METRICS", hide = true, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub protect_metrics: bool,
-
-    /// On SIGTERM, how long to keep serving with /readyz answering 503
-    /// before closing the listener, so load balancers stop sending first.
-    #[arg(long, env = "KRABKA_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
-    pub shutdown_delay: Duration,
-
-    /// How long a shutdown waits for requests in flight.
-    #[arg(long, env = "KRABKA_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
-    pub drain_timeout: Duration,
-
-    /// The Retry-After a 503 carries.
-    #[arg(long, env = "KRABKA_RETRY_AFTER", default_value = "1s", value_parser = parse_duration)]
-    pub retry_after: Duration,
 }
 
-/// The checked configuration of the service.
-#[derive(Clone, Debug)]
-pub struct ServiceConfig {
-    /// The Kafka client settings.
-    pub client: ClientConfig,
-    /// The coordination topic.
-    pub topic: String,
-    /// Where to listen.
-    pub listen: SocketAddr,
-    /// Roster view staleness bound (the long-poll wait).
-    pub roster_ttl: Duration,
-    /// Coordinator poll interval.
-    pub poll_interval: Duration,
-    /// Status window.
-    pub status_window: Duration,
-    /// Flapping threshold.
-    pub flapping_threshold: usize,
-    /// Per-role series limit.
-    pub max_role_series: usize,
-    /// Events kept per role.
-    pub event_history: usize,
-    /// HTTP request limit.
-    pub request_timeout: Duration,
-    /// Most ids per DescribeTransactions.
-    pub max_describe_batch: usize,
-    /// Batching on or off.
-    pub describe_batching: bool,
-    /// Superseded cache capacity.
-    pub superseded_cache_capacity: u64,
-    /// Stagger for challenge instants.
-    pub challenge_stagger: Duration,
-    /// Most items per batch check.
-    pub max_check_items: usize,
-    /// Largest body.
-    pub max_body_bytes: usize,
-    /// API tokens file, when the API is protected.
-    pub api_tokens_file: Option<std::path::PathBuf>,
-    /// Which operations endpoints need a token too.
-    pub protection: super::auth::Protection,
-    /// Most open connections.
-    pub max_connections: usize,
-    /// Header read (and keep-alive idle) limit.
-    pub header_timeout: Duration,
-    /// Serving on, not ready, before the listener closes.
-    pub shutdown_delay: Duration,
-    /// Shutdown drain limit.
-    pub drain_timeout: Duration,
-    /// Retry-After of a 503, whole seconds (at least 1).
-    pub retry_after_secs: u64,
-}
-
-impl ServeArgs {
-    /// Checks every value; the message names the flag.
-    pub fn validate(&self) -> Result<ServiceConfig, String> {
-        let client = self.kafka.client_config()?;
-        let listen: SocketAddr = self.listen.parse().map_err(|e| {
-            format!(
-                "--listen {:?} is not an address such as 0.0.0.0:8080: {e}",
-                self.listen
-            )
-        })?;
-        if self.request_timeout < Duration::from_millis(10) {
-            return Err("--request-timeout must be at least 10ms".into());
-        }
-        if self.max_describe_batch == 0 || self.max_describe_batch > 10_000 {
-            return Err("--max-describe-batch must be between 1 and 10000".into());
-        }
-        if self.max_check_items == 0 {
-            return Err("--max-check-items must be at least 1".into());
-        }
-        if self.max_body_bytes < 1024 {
-            return Err("--max-body-bytes must be at least 1024".into());
-        }
-        if self.roster_ttl < Duration::from_millis(10) || self.roster_ttl > Duration::from_secs(60)
-        {
-            return Err("--roster-ttl must be between 10ms and 60s".into());
-        }
-        if self.poll_interval < Duration::from_millis(100) {
-            return Err("--poll-interval must be at least 100ms".into());
-        }
-        if self.status_window.is_zero() {
-            return Err("--status-window must be positive".into());
-        }
-        let protects = self.protect_healthz || self.protect_readyz || self.protect_metrics;
-        if protects && self.api_tokens_file.is_none() {
-            return Err("--protect-* needs --api-tokens-file".into());
-        }
-        if self.max_connections == 0 {
-            return Err("--max-connections must be at least 1".into());
-        }
-        if self.header_timeout < Duration::from_millis(100) {
-            return Err("--header-timeout must be at least 100ms".into());
-        }
-        if self.superseded_cache_capacity == 0 {
-            return Err("--superseded-cache-capacity must be at least 1".into());
-        }
-        Ok(ServiceConfig {
-            client,
-            topic: self.kafka.topic.clone(),
-            listen,
-            roster_ttl: self.roster_ttl,
-            poll_interval: self.poll_interval,
-            status_window: self.status_window,
-            flapping_threshold: self.flapping_threshold,
-            max_role_series: self.max_role_series,
-            event_history: self.event_history,
-            request_timeout: self.request_timeout,
-            max_describe_batch: self.max_describe_batch,
-            describe_batching: self.describe_batching,
-            superseded_cache_capacity: self.superseded_cache_capacity,
-            challenge_stagger: self.challenge_stagger,
-            max_check_items: self.max_check_items,
-            max_body_bytes: self.max_body_bytes,
-            api_tokens_file: self.api_tokens_file.clone(),
-            protection: super::auth::Protection {
-                healthz: self.protect_healthz,
-                readyz: self.protect_readyz,
-                metrics: self.protect_metrics,
-            },
-            max_connections: self.max_connections,
-            header_timeout: self.header_timeout,
-            shutdown_delay: self.shutdown_delay,
-            drain_timeout: self.drain_timeout,
-            retry_after_secs: self.retry_after.as_secs().max(1),
-        })
+impl Default for AuthSettings {
+    fn default() -> Self {
+        defaults()
     }
 }
 
+/// Everything `serve` needs.
+#[derive(Args, Clone, Debug)]
+pub struct ServiceConfig {
+    /// Kafka.
+    #[command(flatten)]
+    pub kafka: KafkaSettings,
+    /// The HTTP server.
+    #[command(flatten)]
+    pub http: HttpSettings,
+    /// The authority checks.
+    #[command(flatten)]
+    pub check: CheckSettings,
+    /// The watcher and its views.
+    #[command(flatten)]
+    pub watch: WatchSettings,
+    /// API tokens.
+    #[command(flatten)]
+    pub auth: AuthSettings,
+}
+
 impl ServiceConfig {
-    /// Defaults for `bootstrap`, for tests and embedding.
+    /// The defaults for a cluster at `bootstrap`, for tests and embedding.
     pub fn new(bootstrap: &str) -> ServiceConfig {
-        ServiceConfig {
-            client: ClientConfig::new([bootstrap]),
-            topic: crate::kafka::DEFAULT_TOPIC.to_owned(),
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            roster_ttl: Duration::from_secs(1),
-            poll_interval: Duration::from_secs(5),
-            status_window: Duration::from_secs(600),
-            flapping_threshold: 3,
-            max_role_series: 1000,
-            event_history: 128,
-            request_timeout: Duration::from_secs(5),
-            max_describe_batch: 500,
-            describe_batching: true,
-            superseded_cache_capacity: 100_000,
-            challenge_stagger: Duration::from_secs(5),
-            max_check_items: 1000,
-            max_body_bytes: 1024 * 1024,
-            api_tokens_file: None,
-            protection: super::auth::Protection::default(),
-            max_connections: 10_000,
-            header_timeout: Duration::from_secs(10),
-            shutdown_delay: Duration::ZERO,
-            drain_timeout: Duration::from_secs(10),
-            retry_after_secs: 1,
+        let command = <ServiceConfig as Args>::augment_args(
+            clap::Command::new("defaults").no_binary_name(true),
+        )
+        .mut_args(|arg| arg.env(None::<&str>));
+        let matches = command.get_matches_from(["--bootstrap-servers", bootstrap]);
+        match ServiceConfig::from_arg_matches(&matches) {
+            Ok(config) => config,
+            Err(e) => panic!("settings without defaults: {e}"),
         }
+    }
+
+    /// Checks what the bounds of single flags cannot: combinations, and
+    /// files that must be readable. The message names the flag.
+    pub fn validate(&self) -> Result<(), String> {
+        self.kafka.client_config()?;
+        let auth = &self.auth;
+        let protects = auth.protect_healthz || auth.protect_readyz || auth.public_metrics;
+        if protects && auth.api_tokens_file.is_none() {
+            return Err(
+                "--protect-healthz, --protect-readyz and --public-metrics need --api-tokens-file"
+                    .into(),
+            );
+        }
+        if auth.public_metrics && !auth.protect_metrics {
+            return Err("--public-metrics contradicts --protect-metrics".into());
+        }
+        if let Some(path) = &auth.api_tokens_file {
+            super::http::auth::ApiTokens::load(path)
+                .map_err(|e| format!("--api-tokens-file: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Serve {
+        #[command(flatten)]
+        config: ServiceConfig,
+    }
+
+    fn parse(args: &[&str]) -> Result<ServiceConfig, clap::Error> {
+        let mut all = vec!["serve", "--bootstrap-servers", "b:1"];
+        all.extend_from_slice(args);
+        Serve::try_parse_from(all).map(|s| s.config)
+    }
+
+    #[test]
+    fn the_defaults_are_the_flags_defaults() {
+        let parsed = parse(&[]).unwrap();
+        let built = ServiceConfig::new("b:1");
+        assert_eq!(format!("{parsed:?}"), format!("{built:?}"));
+        assert_eq!(built.http.request_timeout, Duration::from_secs(5));
+        assert_eq!(built.watch.roster_ttl, Duration::from_secs(1));
+        assert_eq!(HttpSettings::default().max_connections, 10_000);
+    }
+
+    #[test]
+    fn huge_or_tiny_values_are_refused_naming_the_flag() {
+        for (flag, value) in [
+            ("--header-timeout", "300000000000y"),
+            ("--request-timeout", "300000000000y"),
+            ("--request-timeout", "1ms"),
+            ("--max-connections", "18446744073709551615"),
+            ("--max-connections", "0"),
+            ("--kafka-operation-timeout", "300000000000y"),
+            ("--kafka-request-timeout", "100000h"),
+            ("--roster-ttl", "2h"),
+            ("--max-body-bytes", "10"),
+            ("--status-window", "1000d"),
+        ] {
+            let err = parse(&[flag, value]).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{flag} {value}");
+            let text = err.to_string();
+            assert!(text.contains(flag), "{flag} {value}: {text}");
+        }
+    }
+
+    #[test]
+    fn protection_flags_need_a_tokens_file_and_the_file_must_hold_tokens() {
+        let mut config = ServiceConfig::new("b:1");
+        config.auth.protect_readyz = true;
+        assert!(config.validate().unwrap_err().contains("--api-tokens-file"));
+        let dir = std::env::temp_dir().join(format!("krabka-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let empty = dir.join("empty");
+        std::fs::write(&empty, "# nothing\n").unwrap();
+        config.auth.api_tokens_file = Some(empty);
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .starts_with("--api-tokens-file")
+        );
+        config.auth.api_tokens_file = Some(dir.join("missing"));
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .starts_with("--api-tokens-file")
+        );
+        let good = dir.join("good");
+        std::fs::write(&good, "secret\n").unwrap();
+        config.auth.api_tokens_file = Some(good);
+        assert_eq!(config.validate(), Ok(()));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -8,8 +8,8 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use super::verdict::Verdict;
-use crate::kafka::{Outcome, RequestObserver};
+use crate::coordination::Verdict;
+use crate::kafka::{Outcome, RequestObserver, StaleReason};
 
 /// Every metric of the service.
 #[derive(Clone, Debug)]
@@ -29,6 +29,14 @@ pub struct Metrics {
     pub superseded_cache_hits: IntCounter,
     /// Entries in the superseded cache.
     pub superseded_cache_entries: IntGauge,
+    /// High-water marks of roles held.
+    pub high_water_entries: IntGauge,
+    /// Bytes of role names whose coordinator the client remembers.
+    pub coordinator_cache_bytes: IntGauge,
+    /// Coordinator answers not used, by reason.
+    pub stale_answers: IntCounterVec,
+    /// Changes of the cluster id behind the bootstrap servers.
+    pub cluster_changes: IntCounter,
     /// Records of the topic that did not decode, by part.
     pub malformed_records: IntCounterVec,
     /// Constant 1, labelled with the version.
@@ -92,6 +100,25 @@ impl Metrics {
             "krabka_superseded_cache_entries",
             "Superseded (role, token) pairs in the cache.",
         )?;
+        let high_water_entries = IntGauge::new(
+            "krabka_high_water_entries",
+            "Roles with a high-water mark (the highest pair seen), bounded by --high-water-bytes.",
+        )?;
+        let coordinator_cache_bytes = IntGauge::new(
+            "krabka_coordinator_cache_bytes",
+            "Bytes of role names whose transaction coordinator is remembered, bounded by --coordinator-cache-bytes.",
+        )?;
+        let stale_answers = IntCounterVec::new(
+            Opts::new(
+                "krabka_stale_answers_total",
+                "Coordinator answers not used because they could not be trusted to be current: another broker named a different coordinator (unconfirmed), or the pair was below one already seen (below_high_water).",
+            ),
+            &["reason"],
+        )?;
+        let cluster_changes = IntCounter::new(
+            "krabka_cluster_changes_total",
+            "Times the cluster id behind the bootstrap servers changed; caches were cleared.",
+        )?;
         let malformed_records = IntCounterVec::new(
             Opts::new(
                 "krabka_state_malformed_records_total",
@@ -111,6 +138,10 @@ impl Metrics {
             Box::new(kafka_request_duration.clone()),
             Box::new(superseded_cache_hits.clone()),
             Box::new(superseded_cache_entries.clone()),
+            Box::new(high_water_entries.clone()),
+            Box::new(coordinator_cache_bytes.clone()),
+            Box::new(stale_answers.clone()),
+            Box::new(cluster_changes.clone()),
             Box::new(malformed_records.clone()),
             Box::new(build_info.clone()),
         ] {
@@ -126,6 +157,9 @@ impl Metrics {
         {
             checks.with_label_values(&[v]);
         }
+        for reason in [StaleReason::Unconfirmed, StaleReason::BelowHighWater] {
+            stale_answers.with_label_values(&[reason.as_str()]);
+        }
         for part in ["key", "registration_value", "lease_value"] {
             malformed_records.with_label_values(&[part]);
         }
@@ -138,6 +172,10 @@ impl Metrics {
             kafka_request_duration,
             superseded_cache_hits,
             superseded_cache_entries,
+            high_water_entries,
+            coordinator_cache_bytes,
+            stale_answers,
+            cluster_changes,
             malformed_records,
             build_info,
         })
@@ -173,5 +211,19 @@ impl RequestObserver for Metrics {
         self.kafka_request_duration
             .with_label_values(&[api])
             .observe(elapsed.as_secs_f64());
+    }
+
+    fn describe_batch(&self, ids: usize) {
+        self.describe_batch_size.observe(ids as f64);
+    }
+
+    fn stale_answer(&self, reason: StaleReason) {
+        self.stale_answers
+            .with_label_values(&[reason.as_str()])
+            .inc();
+    }
+
+    fn cluster_changed(&self) {
+        self.cluster_changes.inc();
     }
 }

@@ -1,28 +1,24 @@
 //! The authority-check service: live verdicts from the transaction
-//! coordinator (batched per coordinator, never cached when authoritative),
-//! roster views from the compacted topic with a short TTL, Prometheus
+//! coordinator (batched per coordinator, confirmed, never cached when
+//! authoritative), roster views from the compacted topic, Prometheus
 //! metrics and the operations endpoints.
+//!
+//! - [`check`]: the one check path and its caches;
+//! - [`watch`]: the watcher of the topic (an I/O shell around a pure role
+//!   tracker), per-role metrics and statuses;
+//! - [`http`]: routes, extractors, auth, problems, pages;
+//! - [`server`]: accepting connections and shutting down;
+//! - [`config`]: every setting, defined once.
 
-pub mod auth;
-pub mod authority;
+pub mod check;
 pub mod config;
-pub mod describer;
+pub mod http;
 pub mod metrics;
-pub mod ops;
-pub mod problem;
-pub mod role_metrics;
-pub mod router;
 pub mod server;
 pub mod state;
-pub mod status;
-pub mod status_page;
-pub mod stream;
-pub mod verdict;
-pub mod views;
-pub mod watcher;
+pub mod watch;
 
-pub use config::{ServeArgs, ServiceConfig};
-pub use router::{ROUTES, router};
+pub use config::ServiceConfig;
+pub use http::{ROUTES, router};
 pub use server::{ServeError, run, serve};
-pub use state::AppState;
-pub use verdict::Verdict;
+pub use state::{AppState, SetupError};

@@ -19,7 +19,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tower::Service;
 
-use super::router::router;
+use super::http::router;
 use super::state::AppState;
 
 /// Why the server stopped abnormally.
@@ -46,7 +46,7 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), ServeError> {
-    let addr = state.config.listen;
+    let addr = state.config.http.listen;
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })?;
@@ -62,11 +62,11 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), ServeError> {
     let local = listener.local_addr().map_err(ServeError::Serve)?;
-    tracing::info!(addr = %local, topic = %state.config.topic, "serving");
+    tracing::info!(addr = %local, topic = %state.config.kafka.topic, "serving");
     let watcher = tokio::spawn(state.watcher.clone().run());
     let prober = tokio::spawn(state.clone().probe_forever(PROBE_INTERVAL));
 
-    let config = &state.config;
+    let config = &state.config.http;
     let app = router(state.clone());
     let connections = Arc::new(Semaphore::new(config.max_connections));
     let graceful = GracefulShutdown::new();

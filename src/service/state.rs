@@ -1,30 +1,17 @@
 //! The one shared state of the service.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use moka::future::Cache;
-
+use super::check::Checker;
 use super::config::ServiceConfig;
-use super::describer::Describer;
+use super::http::auth::ApiTokens;
 use super::metrics::Metrics;
-use super::watcher::{Watcher, WatcherConfig};
-use crate::coordination::FencingToken;
-use crate::kafka::{KafkaClient, KafkaError};
-use crate::leadership::{Clock, SystemClock};
-
-/// What was learned when a token was found superseded. A superseded token
-/// can never turn current again (the pair only grows), so this may be kept
-/// without expiry.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SupersededBy {
-    /// The pair that superseded it, as described then.
-    pub current: FencingToken,
-    /// The transaction state described then.
-    pub state: String,
-    /// When it was described (epoch ms).
-    pub checked_at_ms: i64,
-}
+use super::watch::{TrackerConfig, WatchConfig, Watcher};
+use crate::cluster::Cluster;
+use crate::kafka::{ClientConfig, KafkaClient, KafkaError};
+use crate::time::{Clock, SystemClock};
 
 /// Whether the service can answer, and why not.
 #[derive(Debug, Default)]
@@ -57,17 +44,29 @@ impl Readiness {
     }
 }
 
+/// Why the service could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The Kafka client could not be built (a TLS file, say).
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+    /// A setting is unusable; the message names the flag.
+    #[error("{0}")]
+    Config(String),
+    /// The metrics could not be registered.
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
 /// Everything a handler needs.
 #[derive(Debug)]
 pub struct AppState {
-    /// The checked configuration.
+    /// The configuration.
     pub config: ServiceConfig,
-    /// The Kafka client (shared connections).
-    pub client: KafkaClient,
-    /// Live, batched DescribeTransactions.
-    pub describer: Arc<Describer>,
-    /// Superseded (role, token) pairs.
-    pub superseded: Cache<(String, FencingToken), SupersededBy>,
+    /// The cluster the service asks.
+    pub cluster: Arc<dyn Cluster>,
+    /// The one check path.
+    pub checker: Arc<Checker>,
     /// The watcher of the topic: roster views, per-role metrics, events.
     pub watcher: Arc<Watcher>,
     /// The metrics registry.
@@ -80,70 +79,78 @@ pub struct AppState {
     pub closing: tokio::sync::watch::Sender<bool>,
     /// True from SIGTERM on: /readyz answers 503 while the service still
     /// serves for the shutdown delay.
-    pub shutting_down: std::sync::atomic::AtomicBool,
+    pub shutting_down: AtomicBool,
     /// Accepted API tokens, when the API is protected.
-    pub api_tokens: Option<super::auth::ApiTokens>,
+    pub api_tokens: Option<ApiTokens>,
 }
 
 impl AppState {
-    /// Builds the state: a Kafka client reporting to the metrics, the
-    /// describer, the cache and the views. Connects lazily.
-    pub fn new(mut config: ServiceConfig) -> Result<Arc<AppState>, KafkaError> {
-        let metrics =
-            Arc::new(Metrics::new().map_err(|e| KafkaError::Invalid(format!("metrics: {e}")))?);
-        config.client.observer = Some(metrics.clone());
-        let client = KafkaClient::new(config.client.clone())?;
-        Self::with_client(config, client, metrics, Arc::new(SystemClock))
+    /// The state over a real cluster: a Kafka client reporting to the
+    /// metrics. Connects lazily.
+    pub fn new(config: ServiceConfig) -> Result<Arc<AppState>, SetupError> {
+        let client = config.kafka.client_config().map_err(SetupError::Config)?;
+        Self::with_client_config(config, client)
     }
 
-    /// Builds the state around an existing client and clock.
-    pub fn with_client(
+    /// The state over a real cluster, with client settings beyond the flags
+    /// (tests shorten connect timeouts and the like).
+    pub fn with_client_config(
         config: ServiceConfig,
-        client: KafkaClient,
+        mut client: ClientConfig,
+    ) -> Result<Arc<AppState>, SetupError> {
+        let metrics = Arc::new(Metrics::new()?);
+        client.observer = Some(metrics.clone());
+        client.describe_batching = config.check.describe_batching;
+        client.max_describe_batch = config.check.max_describe_batch;
+        client.coordinator_cache_bytes = config.check.coordinator_cache_bytes;
+        let client = KafkaClient::new(client)?;
+        Self::with_cluster(config, Arc::new(client), metrics, Arc::new(SystemClock))
+    }
+
+    /// The state over any cluster and clock (tests use the in-memory one).
+    pub fn with_cluster(
+        config: ServiceConfig,
+        cluster: Arc<dyn Cluster>,
         metrics: Arc<Metrics>,
         clock: Arc<dyn Clock>,
-    ) -> Result<Arc<AppState>, KafkaError> {
+    ) -> Result<Arc<AppState>, SetupError> {
         let api_tokens = config
+            .auth
             .api_tokens_file
             .as_deref()
-            .map(super::auth::ApiTokens::load)
+            .map(ApiTokens::load)
             .transpose()
-            .map_err(KafkaError::Invalid)?;
-        let describer = Arc::new(Describer::new(
-            client.clone(),
-            config.describe_batching,
-            config.max_describe_batch,
-            metrics.clone(),
+            .map_err(|e| SetupError::Config(format!("--api-tokens-file: {e}")))?;
+        let checker = Arc::new(Checker::new(
+            cluster.clone(),
+            clock.clone(),
+            config.check.superseded_cache_capacity,
+            config.check.high_water_bytes,
         ));
-        let superseded = Cache::builder()
-            .max_capacity(config.superseded_cache_capacity)
-            .build();
-        // Its own connections: its long-poll fetches would otherwise hold up
-        // the checks' requests (a broker answers a connection in order).
-        let fetcher = KafkaClient::new(client.config().clone())?;
+        let watch = &config.watch;
         let watcher = Watcher::new(
-            client.clone(),
-            fetcher,
-            WatcherConfig {
-                topic: config.topic.clone(),
-                long_poll: config.roster_ttl,
-                poll_interval: config.poll_interval,
-                stagger_ms: i64::try_from(config.challenge_stagger.as_millis()).unwrap_or(i64::MAX),
-                status_window: config.status_window,
-                flapping_threshold: config.flapping_threshold,
-                history: config.event_history,
-                max_describe_batch: config.max_describe_batch,
+            cluster.clone(),
+            checker.clone(),
+            WatchConfig {
+                topic: config.kafka.topic.clone(),
+                long_poll: watch.roster_ttl,
+                poll_interval: watch.poll_interval,
+                max_describe_batch: config.check.max_describe_batch,
+                tracker: TrackerConfig {
+                    stagger_ms: millis(watch.challenge_stagger),
+                    status_window_ms: millis(watch.status_window),
+                    flapping_threshold: watch.flapping_threshold,
+                    history: watch.event_history,
+                },
+                max_role_series: watch.max_role_series,
             },
             clock.clone(),
             metrics.clone(),
-            config.max_role_series,
-        )
-        .map_err(|e| KafkaError::Invalid(format!("metrics: {e}")))?;
+        )?;
         Ok(Arc::new(AppState {
             config,
-            client,
-            describer,
-            superseded,
+            cluster,
+            checker,
             watcher: Arc::new(watcher),
             metrics,
             clock,
@@ -151,15 +158,36 @@ impl AppState {
                 not_ready: Mutex::new(Some("starting".into())),
             },
             closing: tokio::sync::watch::Sender::new(false),
-            shutting_down: std::sync::atomic::AtomicBool::new(false),
+            shutting_down: AtomicBool::new(false),
             api_tokens,
         }))
     }
 
-    /// One readiness probe: the broker answers metadata for the topic, the
-    /// topic is there, and the watcher has caught up on every partition.
+    /// The members' challenge stagger in milliseconds.
+    pub fn stagger_ms(&self) -> i64 {
+        millis(self.config.watch.challenge_stagger)
+    }
+
+    /// Sets the gauges that are read rather than counted (cache sizes).
+    pub fn update_gauges(&self) {
+        let (superseded, high_water) = self.checker.caches().sizes();
+        self.metrics
+            .superseded_cache_entries
+            .set(i64::try_from(superseded).unwrap_or(i64::MAX));
+        self.metrics
+            .high_water_entries
+            .set(i64::try_from(high_water).unwrap_or(i64::MAX));
+        self.metrics
+            .coordinator_cache_bytes
+            .set(i64::try_from(self.cluster.remembered_bytes()).unwrap_or(i64::MAX));
+    }
+
+    /// One readiness probe: the cluster answers metadata for the topic, the
+    /// topic is there with the partitions the watcher reads, and the watcher
+    /// has caught up on every partition.
     pub async fn probe(&self) {
-        let reason = match self.client.partition_count(&self.config.topic).await {
+        let topic = &self.config.kafka.topic;
+        let reason = match self.cluster.partitions(topic).await {
             Err(e) => Some(format!("Kafka: {e}")),
             Ok(count) if self.watcher.partitions().is_some_and(|p| p != count) => Some(format!(
                 "the topic now has {count} partitions, not {}; restart the service",
@@ -177,4 +205,8 @@ impl AppState {
             tokio::time::sleep(every).await;
         }
     }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

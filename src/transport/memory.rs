@@ -1,19 +1,26 @@
 //! An in-memory cluster with Kafka's fencing semantics, for unit tests of
-//! the rules. It never replaces the broker tests of the same behaviour.
+//! the rules and of the service. It never replaces the broker tests of the
+//! same behaviour.
 //!
 //! Each [`MemoryTransport`] is one member's producer: it can write only under
 //! a token it minted, and only while that token is the coordinator's current
-//! one, as a broker would check.
+//! one, as a broker would check. The cluster itself is the service's
+//! [`Cluster`]: it describes roles and tails its one topic.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
 use super::{
     Coordinator, LeaseWriter, Registrar, StateReader, Transport, TransportError, TransportResult,
 };
+use crate::cluster::{Cluster, ClusterError, Described, Floor, Tailed};
 use crate::coordination::{
     FencingToken, Key, Lease, LogRecord, Registration, decode_key, encode_key, encode_lease,
     encode_registration, role_partition,
@@ -28,15 +35,22 @@ struct ClusterState {
     partitions: i32,
     logs: HashMap<i32, Vec<LogRecord>>,
     current: HashMap<String, FencingToken>,
+    /// The coordinator's transaction state per role.
+    txn_states: HashMap<String, &'static str>,
+    /// Roles whose coordinator answers an old pair (a paused broker).
+    stale: HashMap<String, Option<FencingToken>>,
     next_producer_id: i64,
     unavailable: Option<String>,
     max_transaction_timeout: Duration,
+    cluster_id: String,
 }
 
 /// A shared simulated cluster.
 #[derive(Clone, Debug)]
 pub struct MemoryCluster {
     state: Arc<Mutex<ClusterState>>,
+    /// Bumped at every append, to wake tailers.
+    appended: watch::Sender<u64>,
 }
 
 impl MemoryCluster {
@@ -47,8 +61,10 @@ impl MemoryCluster {
                 partitions,
                 next_producer_id: 1000,
                 max_transaction_timeout: Duration::from_secs(900),
+                cluster_id: "memory-cluster".into(),
                 ..ClusterState::default()
             })),
+            appended: watch::Sender::new(0),
         }
     }
 
@@ -101,6 +117,161 @@ impl MemoryCluster {
     pub fn current(&self, role: &str) -> Option<FencingToken> {
         self.lock().current.get(role).copied()
     }
+
+    /// Makes the coordinator of `role` answer `pair` (`None`: no holder)
+    /// whatever was minted since, as a broker that paused and came back
+    /// does until it catches up; `clear_stale` ends it.
+    pub fn answer_stale(&self, role: &str, pair: Option<FencingToken>) {
+        self.lock().stale.insert(role.to_owned(), pair);
+    }
+
+    /// The coordinator of `role` answers the truth again.
+    pub fn clear_stale(&self, role: &str) {
+        self.lock().stale.remove(role);
+    }
+
+    /// Replaces the cluster's id (a rebuilt cluster behind the same address).
+    pub fn set_cluster_id(&self, id: &str) {
+        self.lock().cluster_id = id.to_owned();
+    }
+
+    /// Appends a raw record to `partition` (malformed data, for tests).
+    pub fn append_raw(&self, partition: i32, key: Bytes, value: Option<Bytes>) -> i64 {
+        let offset = {
+            let mut state = self.lock();
+            let log = state.logs.entry(partition).or_default();
+            let offset = log.len() as i64;
+            log.push(LogRecord { offset, key, value });
+            offset
+        };
+        self.appended.send_modify(|n| *n += 1);
+        offset
+    }
+
+    fn describe_now(&self, role: &str) -> Result<Described, ClusterError> {
+        let state = self.lock();
+        if let Some(reason) = &state.unavailable {
+            return Err(ClusterError::Unavailable(reason.clone()));
+        }
+        let current = match state.stale.get(role) {
+            Some(stale) => *stale,
+            None => state.current.get(role).copied(),
+        };
+        Ok(Described {
+            current,
+            state: current.map(|_| {
+                state
+                    .txn_states
+                    .get(role)
+                    .copied()
+                    .unwrap_or("Empty")
+                    .to_owned()
+            }),
+        })
+    }
+}
+
+/// How often a describe below its floor is asked again.
+const STALE_RETRY: Duration = Duration::from_millis(10);
+
+impl Cluster for MemoryCluster {
+    fn describe<'a>(
+        &'a self,
+        roles: &'a [String],
+        floor: Floor<'a>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, HashMap<String, Result<Described, ClusterError>>> {
+        async move {
+            let mut out = HashMap::with_capacity(roles.len());
+            for role in roles {
+                let answer = loop {
+                    let answer = self.describe_now(role);
+                    let stale = matches!(
+                        (&answer, floor(role)),
+                        (Ok(Described { current: Some(c), .. }), Some(f)) if *c < f
+                    );
+                    if !stale {
+                        break answer;
+                    }
+                    if Instant::now() + STALE_RETRY >= deadline {
+                        break Err(ClusterError::Unavailable(format!(
+                            "the coordinator of {role:?} keeps answering a pair below one already seen"
+                        )));
+                    }
+                    tokio::time::sleep(STALE_RETRY).await;
+                };
+                out.insert(role.clone(), answer);
+            }
+            out
+        }
+        .boxed()
+    }
+
+    fn partitions<'a>(&'a self, _topic: &'a str) -> BoxFuture<'a, Result<i32, ClusterError>> {
+        async move {
+            let state = self.lock();
+            match &state.unavailable {
+                Some(reason) => Err(ClusterError::Unavailable(reason.clone())),
+                None => Ok(state.partitions),
+            }
+        }
+        .boxed()
+    }
+
+    fn check_compacted<'a>(&'a self, _topic: &'a str) -> BoxFuture<'a, Result<(), ClusterError>> {
+        async { Ok(()) }.boxed()
+    }
+
+    fn tail(&self, _topic: &str, from: Vec<i64>, long_poll: Duration) -> mpsc::Receiver<Tailed> {
+        let (tx, rx) = mpsc::channel(64);
+        let cluster = self.clone();
+        let mut appended = self.appended.subscribe();
+        tokio::spawn(async move {
+            let mut next = from;
+            loop {
+                for (p, offset) in next.iter_mut().enumerate() {
+                    let partition = p as i32;
+                    let update = {
+                        let state = cluster.lock();
+                        match &state.unavailable {
+                            Some(reason) => Tailed::Failed {
+                                partition,
+                                error: ClusterError::Unavailable(reason.clone()),
+                            },
+                            None => {
+                                let log = state.logs.get(&partition).map_or(&[][..], |l| &l[..]);
+                                let records: Vec<LogRecord> = log
+                                    .iter()
+                                    .filter(|r| r.offset >= *offset)
+                                    .cloned()
+                                    .collect();
+                                *offset = (*offset).max(log.len() as i64);
+                                Tailed::Read {
+                                    partition,
+                                    records,
+                                    next_offset: *offset,
+                                    last_stable_offset: log.len() as i64,
+                                }
+                            }
+                        }
+                    };
+                    if tx.send(update).await.is_err() {
+                        return;
+                    }
+                }
+                tokio::select! {
+                    _ = appended.changed() => {}
+                    () = tokio::time::sleep(long_poll) => {}
+                    () = tx.closed() => return,
+                }
+            }
+        });
+        rx
+    }
+
+    fn cluster_id(&self) -> Option<String> {
+        Some(self.lock().cluster_id.clone())
+    }
 }
 
 fn bump(token: FencingToken, next_producer_id: &mut i64) -> FencingToken {
@@ -122,6 +293,9 @@ impl ClusterState {
     }
 
     fn append(&mut self, role: &str, key: &Key, value: Option<Vec<u8>>) -> TransportResult<i64> {
+        if key.kind == crate::coordination::KeyKind::Lease {
+            self.txn_states.insert(role.to_owned(), "CompleteCommit");
+        }
         let partition = role_partition(role, self.partitions)?;
         let log = self.logs.entry(partition).or_default();
         let offset = log.len() as i64;
@@ -169,7 +343,10 @@ impl MemoryTransport {
                 reason: "PRODUCER_FENCED (code 90)".into(),
             });
         }
-        state.append(role, &Key::lease(role), value)
+        let offset = state.append(role, &Key::lease(role), value);
+        drop(state);
+        self.cluster.appended.send_modify(|n| *n += 1);
+        offset
     }
 }
 
@@ -195,6 +372,7 @@ impl Coordinator for MemoryTransport {
             }
         };
         state.current.insert(role.to_owned(), token);
+        state.txn_states.insert(role.to_owned(), "Empty");
         drop(state);
         self.minted
             .lock()
@@ -247,15 +425,23 @@ impl Registrar for MemoryTransport {
             member: member.to_owned(),
             registered_at: registered_at_ms,
         })?;
-        let mut state = self.cluster.lock();
-        state.check()?;
-        state.append(role, &Key::registration(role, member), Some(value))
+        let offset = {
+            let mut state = self.cluster.lock();
+            state.check()?;
+            state.append(role, &Key::registration(role, member), Some(value))
+        };
+        self.cluster.appended.send_modify(|n| *n += 1);
+        offset
     }
 
     async fn deregister(&self, role: &str, member: &str) -> TransportResult<i64> {
-        let mut state = self.cluster.lock();
-        state.check()?;
-        state.append(role, &Key::registration(role, member), None)
+        let offset = {
+            let mut state = self.cluster.lock();
+            state.check()?;
+            state.append(role, &Key::registration(role, member), None)
+        };
+        self.cluster.appended.send_modify(|n| *n += 1);
+        offset
     }
 }
 

@@ -209,14 +209,14 @@ async fn minter(direct: &str, topic: &str) -> KafkaTransport {
 
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
-fn fault_config(bootstrap: &str, topic: &str) -> krabka_authority::service::ServiceConfig {
+fn fault_config(bootstrap: &str, topic: &str) -> crate::service::Config {
     let mut c = config(bootstrap, topic);
-    c.request_timeout = CHECK_TIMEOUT;
+    c.http.request_timeout = CHECK_TIMEOUT;
     c.client.request_timeout = Duration::from_millis(800);
     c.client.operation_timeout = Duration::from_millis(1500);
     c.client.connect_timeout = Duration::from_millis(800);
-    c.roster_ttl = Duration::from_millis(300);
-    c.poll_interval = Duration::from_millis(500);
+    c.watch.roster_ttl = Duration::from_millis(300);
+    c.watch.poll_interval = Duration::from_millis(500);
     c
 }
 

@@ -39,7 +39,7 @@ async fn until_closed(stream: &mut TcpStream, within: Duration) -> Option<(Strin
 async fn slow_and_idle_connections_are_closed() {
     let topic = topic(1).await;
     let mut config = config(&bootstrap(), &topic);
-    config.header_timeout = Duration::from_millis(800);
+    config.http.header_timeout = Duration::from_millis(800);
     let service = start(config).await;
 
     // A client that sends half a request line and stalls (slowloris).
@@ -70,7 +70,7 @@ async fn slow_and_idle_connections_are_closed() {
 async fn a_slow_body_is_refused_within_the_request_timeout() {
     let topic = topic(1).await;
     let mut config = config(&bootstrap(), &topic);
-    config.request_timeout = Duration::from_secs(1);
+    config.http.request_timeout = Duration::from_secs(1);
     let service = start(config).await;
     let mut stream = TcpStream::connect(host(&service.url)).await.unwrap();
     stream
@@ -96,7 +96,7 @@ async fn a_slow_body_is_refused_within_the_request_timeout() {
 async fn oversized_paths_queries_and_bodies_are_refused() {
     let topic = topic(1).await;
     let mut config = config(&bootstrap(), &topic);
-    config.max_body_bytes = 4096;
+    config.http.max_body_bytes = 4096;
     let service = start(config).await;
     let client = reqwest::Client::new();
 
@@ -106,6 +106,7 @@ async fn oversized_paths_queries_and_bodies_are_refused() {
     );
     let response = client
         .post(format!("{}/authority/check", service.url))
+        .header("content-type", "application/json")
         .body(body)
         .send()
         .await
@@ -156,7 +157,7 @@ async fn oversized_paths_queries_and_bodies_are_refused() {
 async fn connections_beyond_the_limit_are_closed() {
     let topic = topic(1).await;
     let mut config = config(&bootstrap(), &topic);
-    config.max_connections = 4;
+    config.http.max_connections = 4;
     let service = start(config).await;
     let mut held = Vec::new();
     for _ in 0..4 {

@@ -246,9 +246,11 @@ async fn sasl_ssl_works_for_the_service_and_the_leadership_client_and_refuses_cl
             .await
             .unwrap();
         // The service over SASL_SSL.
-        let mut service_config = ServiceConfig::new(&broker.sasl_ssl);
-        service_config.client = config;
-        service_config.topic = topic.clone();
+        let mut service_config = crate::service::Config {
+            service: ServiceConfig::new(&broker.sasl_ssl),
+            client: config,
+        };
+        service_config.kafka.topic = topic.clone();
         let service = start(service_config).await;
         let url = format!(
             "{}/roles/{role}/authority?token={}",
@@ -514,14 +516,16 @@ async fn mutual_tls_and_re_authentication() {
     )
     .await
     .unwrap();
-    let mut service_config = ServiceConfig::new(&broker.sasl_ssl);
-    service_config.client = secure_config(
-        &broker.sasl_ssl,
-        Some(&pki.ca),
-        SaslMechanism::ScramSha256,
-        SVC_PASSWORD,
-    );
-    service_config.topic = topic;
+    let mut service_config = crate::service::Config {
+        service: ServiceConfig::new(&broker.sasl_ssl),
+        client: secure_config(
+            &broker.sasl_ssl,
+            Some(&pki.ca),
+            SaslMechanism::ScramSha256,
+            SVC_PASSWORD,
+        ),
+    };
+    service_config.kafka.topic = topic;
     let service = start(service_config).await;
     let url = format!("{}/roles/{role}/authority?token={token}", service.url);
     let until = Instant::now() + Duration::from_secs(10);
@@ -545,8 +549,7 @@ async fn bearer_tokens_guard_the_api_and_say_nothing_about_roles() {
     let file = dir.join("tokens");
     std::fs::write(&file, "first-token-abc\n").unwrap();
     let mut config = crate::service::config(&crate::common::bootstrap(), &topic);
-    config.api_tokens_file = Some(file.clone());
-    config.protection.metrics = true;
+    config.auth.api_tokens_file = Some(file.clone());
     let service = start(config).await;
     let client = reqwest::Client::new();
     let ask = |path: &str, token: Option<&str>| {
@@ -772,13 +775,7 @@ async fn the_service_works_with_exactly_the_documented_acls_and_a_missing_one_is
             .arg(&pw)
             .arg("--api-tokens-file")
             .arg(&tokens)
-            .args([
-                "--protect-metrics",
-                "--request-timeout",
-                "3s",
-                "--kafka-operation-timeout",
-                "2s",
-            ])
+            .args(["--request-timeout", "3s", "--kafka-operation-timeout", "2s"])
             .env("RUST_LOG", "debug")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log_path).unwrap())

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use krabka_authority::coordination::FencingToken;
-use krabka_authority::kafka::{KafkaClient, KafkaTransport, TopicSpec};
+use krabka_authority::kafka::{ClientConfig, KafkaClient, KafkaTransport, TopicSpec};
 use krabka_authority::leadership::acquire;
 use krabka_authority::service::{self, AppState, ServiceConfig};
 use krabka_authority::transport::Coordinator;
@@ -23,20 +23,42 @@ pub struct Service {
     pub done: tokio::task::JoinHandle<Result<(), krabka_authority::service::ServeError>>,
 }
 
-pub fn config(bootstrap: &str, topic: &str) -> ServiceConfig {
-    let mut config = ServiceConfig::new(bootstrap);
-    config.client = common::config_for(bootstrap);
-    config.topic = topic.to_owned();
-    config.roster_ttl = Duration::from_millis(500);
-    config.request_timeout = Duration::from_secs(3);
+/// The service's settings and the Kafka client's (which tests tune beyond
+/// the flags); derefs to the service's.
+pub struct Config {
+    pub service: ServiceConfig,
+    pub client: ClientConfig,
+}
+
+impl std::ops::Deref for Config {
+    type Target = ServiceConfig;
+    fn deref(&self) -> &ServiceConfig {
+        &self.service
+    }
+}
+
+impl std::ops::DerefMut for Config {
+    fn deref_mut(&mut self) -> &mut ServiceConfig {
+        &mut self.service
+    }
+}
+
+pub fn config(bootstrap: &str, topic: &str) -> Config {
+    let mut config = Config {
+        service: ServiceConfig::new(bootstrap),
+        client: common::config_for(bootstrap),
+    };
+    config.kafka.topic = topic.to_owned();
+    config.watch.roster_ttl = Duration::from_millis(500);
+    config.http.request_timeout = Duration::from_secs(3);
     config.client.request_timeout = Duration::from_secs(1);
     config.client.operation_timeout = Duration::from_secs(2);
-    config.challenge_stagger = Duration::from_millis(500);
+    config.watch.challenge_stagger = Duration::from_millis(500);
     config
 }
 
-pub async fn start(config: ServiceConfig) -> Service {
-    let state = AppState::new(config).unwrap();
+pub async fn start(config: Config) -> Service {
+    let state = AppState::with_client_config(config.service, config.client).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (stop, rx) = watch::channel(false);
@@ -305,6 +327,7 @@ async fn a_batch_check_answers_each_item_in_one_round() {
 
     let bad = reqwest::Client::new()
         .post(format!("{}/authority/check", service.url))
+        .header("content-type", "application/json")
         .body("{not json")
         .send()
         .await
@@ -455,8 +478,8 @@ async fn with_the_broker_down_checks_answer_503_and_recover_without_a_restart() 
 async fn sigterm_turns_not_ready_then_drains_and_stops() {
     let topic = topic(1).await;
     let mut config = config(&bootstrap(), &topic);
-    config.shutdown_delay = Duration::from_millis(1500);
-    config.drain_timeout = Duration::from_secs(2);
+    config.http.shutdown_delay = Duration::from_millis(1500);
+    config.http.drain_timeout = Duration::from_secs(2);
     let service = start(config).await;
     eventually(|| async { (get(&format!("{}/readyz", service.url)).await.0 == 200).then_some(()) })
         .await;

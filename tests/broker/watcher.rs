@@ -8,7 +8,6 @@ use bytes::Bytes;
 use krabka_authority::coordination::{Key, encode_key, role_partition};
 use krabka_authority::kafka::KafkaTransport;
 use krabka_authority::leadership::{Leadership, acquire};
-use krabka_authority::service::ServiceConfig;
 use krabka_authority::transport::{Coordinator, Registrar};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -17,10 +16,10 @@ use crate::common::{bootstrap, client, eventually, topic, transport, unique};
 use crate::leadership::fast_options;
 use crate::service::{Service, config, get, start};
 
-pub fn watcher_config(topic: &str) -> ServiceConfig {
+pub fn watcher_config(topic: &str) -> crate::service::Config {
     let mut config = config(&bootstrap(), topic);
-    config.roster_ttl = Duration::from_millis(200);
-    config.poll_interval = Duration::from_millis(300);
+    config.watch.roster_ttl = Duration::from_millis(200);
+    config.watch.poll_interval = Duration::from_millis(300);
     config
 }
 

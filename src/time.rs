@@ -1,5 +1,6 @@
-//! The clock the leader-election client reads: the system clock in
-//! production, a manual clock in tests so every wait is driven by hand.
+//! Time, in one place: the clock the leader-election client and the service
+//! read (the system clock in production, a manual clock in tests so every
+//! wait is driven by hand), and how instants are written (RFC 3339).
 //!
 //! The lease deadline is a wall-clock instant written by the holder and read
 //! by challengers; skew between their clocks moves the failover time by the
@@ -198,5 +199,51 @@ mod tests {
         let started = tokio::time::Instant::now();
         clock.sleep_until(clock.now_ms() + 30).await;
         assert!(started.elapsed() >= Duration::from_millis(25));
+    }
+}
+
+/// Parses a human duration such as `500ms`, `3s` or `1m`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?} is not a duration ({e}); try 500ms, 3s or 1m"))
+}
+
+/// A parser of durations within `min..=max`, for settings: a value outside
+/// is refused at start-up, naming the flag, before it can overflow an
+/// instant or wait forever.
+pub fn duration_between(
+    min: Duration,
+    max: Duration,
+) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    move |text| {
+        let value = parse_duration(text)?;
+        if value < min || value > max {
+            return Err(format!(
+                "{text} is outside {} to {}",
+                humantime::format_duration(min),
+                humantime::format_duration(max)
+            ));
+        }
+        Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod parse_tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_like_humans_write_them_and_stay_in_bounds() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("3s"), Ok(Duration::from_secs(3)));
+        assert!(
+            parse_duration("soon")
+                .unwrap_err()
+                .contains("not a duration")
+        );
+        let bounded = duration_between(Duration::from_millis(10), Duration::from_secs(60));
+        assert_eq!(bounded("1m"), Ok(Duration::from_secs(60)));
+        assert!(bounded("9ms").unwrap_err().contains("outside 10ms to 1m"));
+        assert!(bounded("300000000000y").is_err(), "huge values are refused");
     }
 }

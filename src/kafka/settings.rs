@@ -1,14 +1,14 @@
-//! Command-line flags shared by the subcommands that talk to Kafka. Every
-//! flag is also a `KRABKA_…` environment variable.
+//! The Kafka settings every command that talks to Kafka takes, defined
+//! once: flag, `KRABKA_…` environment variable, default and bounds. They
+//! build a [`ClientConfig`].
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use crate::kafka::{
-    ClientConfig, DEFAULT_TOPIC, SaslConfig, SaslMechanism, Secret, Security, TlsConfig,
-};
+use super::{ClientConfig, DEFAULT_TOPIC, SaslConfig, SaslMechanism, Secret, Security, TlsConfig};
+use crate::time::duration_between;
 
 /// Kafka's security protocols.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,15 +42,12 @@ fn secret(text: &str) -> Result<Secret, String> {
     Ok(Secret::new(text))
 }
 
-/// Parses a human duration such as `500ms`, `3s` or `1m`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text)
-        .map_err(|e| format!("{text:?} is not a duration ({e}); try 500ms, 3s or 1m"))
-}
+const MS: Duration = Duration::from_millis(10);
+const HOUR: Duration = Duration::from_secs(3600);
 
-/// Where Kafka is and how long to wait for it.
+/// Where Kafka is, how to reach it and how long to wait for it.
 #[derive(Args, Clone, Debug)]
-pub struct KafkaArgs {
+pub struct KafkaSettings {
     /// Kafka bootstrap servers, comma-separated host:port.
     #[arg(
         long,
@@ -69,11 +66,11 @@ pub struct KafkaArgs {
     pub client_id: String,
 
     /// Limit on one Kafka request's round trip.
-    #[arg(long, env = "KRABKA_KAFKA_REQUEST_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "KRABKA_KAFKA_REQUEST_TIMEOUT", default_value = "5s", value_parser = duration_between(MS, HOUR))]
     pub kafka_request_timeout: Duration,
 
     /// Limit on one Kafka operation across its retries.
-    #[arg(long, env = "KRABKA_KAFKA_OPERATION_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "KRABKA_KAFKA_OPERATION_TIMEOUT", default_value = "10s", value_parser = duration_between(MS, HOUR))]
     pub kafka_operation_timeout: Duration,
 
     /// How to reach the brokers: plaintext, ssl, sasl_plaintext or sasl_ssl.
@@ -116,7 +113,7 @@ pub struct KafkaArgs {
     pub kafka_sasl_password: Option<Secret>,
 }
 
-impl KafkaArgs {
+impl KafkaSettings {
     /// The client configuration these flags describe.
     pub fn client_config(&self) -> Result<ClientConfig, String> {
         let servers: Vec<String> = self
@@ -138,9 +135,6 @@ impl KafkaArgs {
         }
         if self.topic.is_empty() {
             return Err("--topic is empty".into());
-        }
-        if self.kafka_request_timeout.is_zero() || self.kafka_operation_timeout.is_zero() {
-            return Err("Kafka timeouts must be positive".into());
         }
         let mut config = ClientConfig::new(servers);
         config.client_id = self.client_id.clone();
@@ -227,8 +221,8 @@ impl KafkaArgs {
 mod tests {
     use super::*;
 
-    fn args(servers: &[&str]) -> KafkaArgs {
-        KafkaArgs {
+    fn args(servers: &[&str]) -> KafkaSettings {
+        KafkaSettings {
             bootstrap_servers: servers.iter().map(|s| (*s).to_owned()).collect(),
             topic: DEFAULT_TOPIC.into(),
             client_id: "c".into(),
@@ -279,13 +273,18 @@ mod tests {
     }
 
     #[test]
-    fn durations_read_like_humans_write_them() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("3s"), Ok(Duration::from_secs(3)));
-        assert!(
-            parse_duration("soon")
-                .unwrap_err()
-                .contains("not a duration")
-        );
+    fn the_flags_defaults_are_the_clients() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            kafka: KafkaSettings,
+        }
+        let parsed = Cli::try_parse_from(["x", "--bootstrap-servers", "b:1"]).unwrap();
+        let from_flags = parsed.kafka.client_config().unwrap();
+        let library = ClientConfig::new(["b:1"]);
+        assert_eq!(from_flags.request_timeout, library.request_timeout);
+        assert_eq!(from_flags.operation_timeout, library.operation_timeout);
+        assert_eq!(from_flags.client_id, library.client_id);
     }
 }

@@ -4,19 +4,17 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::authority::validate_role;
+use super::extract::Role;
 use super::problem::Problem;
-use super::state::AppState;
-use super::status::RoleStatus;
-use super::watcher::{CoordinatorView, RoleView};
 use crate::coordination::{FencingToken, challenge_at, challenge_rank};
-use crate::leadership::Rfc3339Ms;
+use crate::service::AppState;
+use crate::service::watch::{CoordinatorView, RoleStatus, RoleView};
+use crate::time::Rfc3339Ms;
 
 /// A registered member in rank order.
 #[derive(Debug, Serialize)]
@@ -203,25 +201,15 @@ fn unavailable(state: &AppState, why: &str) -> Problem {
     tracing::warn!(reason = %why, "roster view unavailable");
     Problem::unavailable(
         format!("the roster views are not ready: {why}"),
-        state.config.retry_after_secs,
+        state.config.http.retry_after_secs(),
     )
 }
 
 /// `GET /roles/{role}`.
-pub async fn get_role(
-    State(state): State<Arc<AppState>>,
-    role: Result<Path<String>, PathRejection>,
-) -> Response {
-    let role = match role {
-        Ok(Path(role)) => role,
-        Err(e) => return Problem::invalid("role", e.body_text()).into_response(),
-    };
-    if let Err(problem) = validate_role(&role) {
-        return problem.into_response();
-    }
+pub async fn get_role(State(state): State<Arc<AppState>>, Role(role): Role) -> Response {
     match state.watcher.role(&role) {
         Ok(Some(view)) => {
-            let stagger = state.config.challenge_stagger.as_millis() as i64;
+            let stagger = state.stagger_ms();
             let body = roster(&view, state.clock.now_ms(), stagger);
             let mut response = Json(&body).into_response();
             view_headers(response.headers_mut(), body.view.offset, body.view.age_ms);

@@ -19,7 +19,8 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::problem::Problem;
-use super::state::AppState;
+use crate::service::AppState;
+use crate::service::config::AuthSettings;
 
 type Digests = Arc<Vec<[u8; 32]>>;
 
@@ -126,32 +127,37 @@ impl ApiTokens {
     }
 }
 
-/// Which endpoints need a token.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Protection {
-    /// `/healthz` too.
-    pub healthz: bool,
-    /// `/readyz` too.
-    pub readyz: bool,
-    /// `/metrics` too.
-    pub metrics: bool,
+/// Who may call a group of routes when API tokens are configured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// The API and the status page: always a token.
+    Api,
+    /// `/healthz`: a token with `--protect-healthz`.
+    Healthz,
+    /// `/readyz`: a token with `--protect-readyz`.
+    Readyz,
+    /// `/metrics`: a token unless `--public-metrics` (its per-role series
+    /// name every role, holder and pair).
+    Metrics,
+    /// `/openapi.yaml`: never (it holds no secret).
+    Open,
 }
 
-impl Protection {
-    /// True when `path` needs a token. The API, the status page and unknown
-    /// paths always do; `/openapi.yaml` never (it holds no secret).
-    pub fn covers(&self, path: &str) -> bool {
-        match path {
-            "/openapi.yaml" => false,
-            "/healthz" => self.healthz,
-            "/readyz" => self.readyz,
-            "/metrics" => self.metrics,
-            _ => true,
+impl Access {
+    /// True when a request to this group needs a token under `settings`.
+    pub fn needs_token(self, settings: &AuthSettings) -> bool {
+        match self {
+            Access::Api => true,
+            Access::Healthz => settings.protect_healthz,
+            Access::Readyz => settings.protect_readyz,
+            Access::Metrics => !settings.public_metrics,
+            Access::Open => false,
         }
     }
 }
 
-fn unauthorized() -> Response {
+/// The 401 every refused request gets, whatever it asked for.
+pub fn unauthorized() -> Response {
     let mut response = Problem::unauthorized().into_response();
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
@@ -160,18 +166,11 @@ fn unauthorized() -> Response {
     response
 }
 
-/// The middleware: a request to a protected endpoint needs an accepted token.
-pub async fn require_token(
-    State(state): State<Arc<AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// True when tokens are configured and `request` carries none accepted.
+pub fn refused(state: &AppState, request: &Request) -> bool {
     let Some(tokens) = &state.api_tokens else {
-        return next.run(request).await;
+        return false;
     };
-    if !state.config.protection.covers(request.uri().path()) {
-        return next.run(request).await;
-    }
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -180,10 +179,21 @@ pub async fn require_token(
             let (scheme, token) = v.split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
         });
-    match presented {
-        Some(token) if tokens.accepts(token) => next.run(request).await,
-        _ => unauthorized(),
+    !presented.is_some_and(|token| tokens.accepts(token))
+}
+
+/// The middleware of one group of routes: a request needs an accepted
+/// token when the group does. It runs before routing by method, so a
+/// refused request learns nothing (no `Allow` header either).
+pub async fn require_token(
+    State((state, access)): State<(Arc<AppState>, Access)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if access.needs_token(&state.config.auth) && refused(&state, &request) {
+        return unauthorized();
     }
+    next.run(request).await
 }
 
 #[cfg(test)]
@@ -222,27 +232,21 @@ mod tests {
     }
 
     #[test]
-    fn protection_covers_the_api_and_what_is_asked() {
-        let open = Protection::default();
-        for path in [
-            "/roles",
-            "/roles/x",
-            "/roles/x/authority",
-            "/authority/check",
-            "/",
-            "/nope",
-        ] {
-            assert!(open.covers(path), "{path}");
-        }
-        for path in ["/healthz", "/readyz", "/metrics", "/openapi.yaml"] {
-            assert!(!open.covers(path), "{path}");
-        }
-        let all = Protection {
-            healthz: true,
-            readyz: true,
-            metrics: true,
+    fn the_api_always_needs_a_token_and_metrics_unless_made_public() {
+        let default = AuthSettings::default();
+        assert!(Access::Api.needs_token(&default));
+        assert!(Access::Metrics.needs_token(&default));
+        assert!(!Access::Healthz.needs_token(&default));
+        assert!(!Access::Readyz.needs_token(&default));
+        assert!(!Access::Open.needs_token(&default));
+        let relaxed = AuthSettings {
+            public_metrics: true,
+            protect_healthz: true,
+            protect_readyz: true,
+            ..AuthSettings::default()
         };
-        assert!(all.covers("/metrics") && all.covers("/healthz") && all.covers("/readyz"));
-        assert!(!all.covers("/openapi.yaml"));
+        assert!(!Access::Metrics.needs_token(&relaxed));
+        assert!(Access::Healthz.needs_token(&relaxed) && Access::Readyz.needs_token(&relaxed));
+        assert!(!Access::Open.needs_token(&relaxed));
     }
 }

@@ -11,8 +11,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -20,22 +19,16 @@ use futures::Stream;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, watch};
 
-use super::authority::validate_role;
+use super::extract::Role;
 use super::problem::Problem;
-use super::state::AppState;
 use super::views::roster;
-use super::watcher::RoleEvent;
+use crate::service::AppState;
+use crate::service::watch::RoleEvent;
 
 fn change(event: &RoleEvent) -> Event {
     Event::default()
         .id(event.offset.to_string())
-        .event(match event.kind {
-            super::watcher::ChangeKind::Registered => "registered",
-            super::watcher::ChangeKind::Deregistered => "deregistered",
-            super::watcher::ChangeKind::Acquired => "acquired",
-            super::watcher::ChangeKind::Renewed => "renewed",
-            super::watcher::ChangeKind::Cleared => "cleared",
-        })
+        .event(event.kind.as_str())
         .json_data(event)
         .unwrap_or_else(|_| Event::default().comment("unserializable event"))
 }
@@ -43,7 +36,7 @@ fn change(event: &RoleEvent) -> Event {
 /// A `snapshot` or `reset` event: the whole roster, with the id of the
 /// last offset it includes (so resuming from it misses nothing).
 fn whole(state: &AppState, role: &str, name: &str) -> (Event, i64) {
-    let stagger = state.config.challenge_stagger.as_millis() as i64;
+    let stagger = state.stagger_ms();
     match state.watcher.role(role) {
         Ok(Some(view)) => {
             let last = view.offset - 1;
@@ -159,16 +152,9 @@ fn feed(
 /// `GET /roles/{role}/events`.
 pub async fn role_events(
     State(state): State<Arc<AppState>>,
-    role: Result<Path<String>, PathRejection>,
+    Role(role): Role,
     headers: HeaderMap,
 ) -> Response {
-    let role = match role {
-        Ok(Path(role)) => role,
-        Err(e) => return Problem::invalid("role", e.body_text()).into_response(),
-    };
-    if let Err(problem) = validate_role(&role) {
-        return problem.into_response();
-    }
     let last = match headers
         .get("last-event-id")
         .map(|v| v.to_str().map(str::trim))
@@ -190,7 +176,7 @@ pub async fn role_events(
     };
     // The role's partition must be caught up: a snapshot must be whole.
     if let Err(why) = state.watcher.role(&role) {
-        return Problem::unavailable(why, state.config.retry_after_secs).into_response();
+        return Problem::unavailable(why, state.config.http.retry_after_secs()).into_response();
     }
     Sse::new(feed(state, role, last))
         .keep_alive(KeepAlive::default())

@@ -8,10 +8,10 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::state::AppState;
+use crate::service::AppState;
 
 /// The OpenAPI document, served as written.
-pub const OPENAPI_YAML: &str = include_str!("../../openapi/openapi.yaml");
+pub const OPENAPI_YAML: &str = include_str!("../../../openapi/openapi.yaml");
 
 /// `GET /healthz`: the process is up.
 pub async fn healthz() -> Response {
@@ -39,6 +39,7 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 
 /// `GET /metrics`: Prometheus text exposition.
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    state.update_gauges();
     let mut response = state.metrics.render().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -64,7 +65,7 @@ mod tests {
     use yaml_rust2::{Yaml, YamlLoader};
 
     use super::OPENAPI_YAML;
-    use crate::service::router::ROUTES;
+    use crate::service::http::ROUTES;
 
     /// The HTTP methods a path item may hold (OpenAPI 3.1, "Path Item Object").
     const METHODS: [&str; 8] = [

@@ -10,8 +10,8 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::state::AppState;
-use super::watcher::RoleView;
+use crate::service::AppState;
+use crate::service::watch::RoleView;
 
 /// Most roles listed on one page.
 const PAGE: usize = 500;
@@ -137,7 +137,7 @@ pub async fn page(
 ) -> Response {
     let views = state.watcher.all();
     let html = render(
-        &state.config.topic,
+        &state.config.kafka.topic,
         views.as_deref().map_err(String::as_str),
         query.get("q").map(String::as_str).filter(|q| !q.is_empty()),
         state.clock.now_ms(),
@@ -151,7 +151,9 @@ pub async fn page(
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'"),
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'",
+        ),
     );
     response
 }

@@ -10,16 +10,18 @@ use clap::Args;
 use rand::RngExt;
 use tokio::sync::watch;
 
-use crate::cli::{KafkaArgs, parse_duration};
-use crate::kafka::{KafkaClient, KafkaTransport, TopicSpec, TransportConfig};
-use crate::leadership::{Event, LeadershipError, Options, acquire};
-use crate::transport::TransportError;
+use krabka_authority::kafka::{
+    KafkaClient, KafkaSettings, KafkaTransport, TopicSpec, TransportConfig,
+};
+use krabka_authority::leadership::{Event, LeadershipError, Options, acquire};
+use krabka_authority::time::parse_duration;
+use krabka_authority::transport::TransportError;
 
 /// Flags of `demo`.
 #[derive(Args, Clone, Debug)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     #[command(flatten)]
-    pub kafka: KafkaArgs,
+    pub(crate) kafka: KafkaSettings,
 
     /// Roles to compete for, comma-separated.
     #[arg(
@@ -28,44 +30,44 @@ pub struct DemoArgs {
         value_delimiter = ',',
         default_value = "orders,billing-writer"
     )]
-    pub roles: Vec<String>,
+    pub(crate) roles: Vec<String>,
 
     /// Candidates per role.
     #[arg(long, env = "KRABKA_DEMO_MEMBERS", default_value_t = 3)]
-    pub members: usize,
+    pub(crate) members: usize,
 
     /// Partitions of the topic when the demo creates it.
     #[arg(long, env = "KRABKA_DEMO_PARTITIONS", default_value_t = 16)]
-    pub partitions: i32,
+    pub(crate) partitions: i32,
 
     /// Lease duration.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
-    pub lease: Duration,
+    pub(crate) lease: Duration,
 
     /// Renew interval.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    pub renew: Duration,
+    pub(crate) renew: Duration,
 
     /// Challenge stagger.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    pub stagger: Duration,
+    pub(crate) stagger: Duration,
 
     /// Kill a random holder's renewals now and then.
     #[arg(long, env = "KRABKA_DEMO_CHAOS")]
-    pub chaos: bool,
+    pub(crate) chaos: bool,
 
     /// Longest pause between two chaos kills (each pause is random up to this).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub chaos_interval: Duration,
+    pub(crate) chaos_interval: Duration,
 
     /// Stop after this long (default: run until interrupted).
     #[arg(long = "for", value_parser = parse_duration)]
-    pub run_for: Option<Duration>,
+    pub(crate) run_for: Option<Duration>,
 }
 
 /// Why the demo stopped.
 #[derive(Debug, thiserror::Error)]
-pub enum DemoError {
+pub(crate) enum DemoError {
     /// Bad flags.
     #[error("{0}")]
     Config(String),
@@ -82,7 +84,10 @@ pub enum DemoError {
 type Holders = Arc<Mutex<HashMap<String, (String, watch::Sender<bool>)>>>;
 
 /// Runs the demo until `shutdown` flips or `--for` passes.
-pub async fn run(args: DemoArgs, mut shutdown: watch::Receiver<bool>) -> Result<(), DemoError> {
+pub(crate) async fn run(
+    args: DemoArgs,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), DemoError> {
     if args.members == 0 || args.roles.iter().any(String::is_empty) {
         return Err(DemoError::Config(
             "need at least one member and non-empty role names".into(),
@@ -111,6 +116,7 @@ pub async fn run(args: DemoArgs, mut shutdown: watch::Receiver<bool>) -> Result<
     for role in &args.roles {
         for i in 0..args.members {
             let client = KafkaClient::new(config.clone()).map_err(TransportError::from)?;
+            // Each member is its own client, as separate processes would be.
             let transport =
                 Arc::new(KafkaTransport::connect(client, transport_config.clone()).await?);
             let member = format!("{role}-member-{i}");
@@ -179,7 +185,13 @@ async fn candidate(
             () = leadership.done() => {
                 tracing::info!(%role, %member, reason = ?leadership.err().map(|e| e.to_string()), "the role ended");
             }
-            () = async { let _ = killed.wait_for(|k| *k).await; } => {
+            // Only a kill that was sent: a replaced holder's entry (and its
+            // sender) leaves the map without killing anything.
+            () = async {
+                if killed.wait_for(|k| *k).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            } => {
                 tracing::warn!(%role, %member, token = %leadership.token(), "chaos: renewals killed");
                 drop(leadership);
                 // A dead process comes back after a while.

@@ -81,6 +81,30 @@ impl Problem {
         }
     }
 
+    /// 408: the request did not arrive in time.
+    pub fn timeout(detail: impl Into<String>) -> Problem {
+        Problem {
+            kind: format!("{BASE}request-timeout"),
+            title: "Request timeout".into(),
+            status: 408,
+            detail: detail.into(),
+            field: Some("body".into()),
+            retry_after: None,
+        }
+    }
+
+    /// 415: the body is not of a type the endpoint reads.
+    pub fn unsupported_media_type(detail: impl Into<String>) -> Problem {
+        Problem {
+            kind: format!("{BASE}unsupported-media-type"),
+            title: "Unsupported media type".into(),
+            status: 415,
+            detail: detail.into(),
+            field: Some("body".into()),
+            retry_after: None,
+        }
+    }
+
     /// 503: Kafka could not be asked; never a guess.
     pub fn unavailable(detail: impl Into<String>, retry_after: u64) -> Problem {
         Problem {

@@ -3,14 +3,14 @@
 
 use serde_json::{Value, json};
 
-use crate::coordination::{
+use krabka_authority::coordination::{
     FormatError, KeyKind, Lease, Registration, decode_key, decode_lease, decode_registration,
     role_partition,
 };
 
 /// Why an offline command failed; the message is what the operator sees.
 #[derive(Debug, thiserror::Error)]
-pub enum CommandError {
+pub(crate) enum CommandError {
     /// Bad arguments.
     #[error("{0}")]
     Usage(String),
@@ -23,7 +23,7 @@ pub enum CommandError {
 }
 
 /// `partition ROLE --partitions N`: the partition number alone.
-pub fn partition(role: &str, partitions: i32) -> Result<i32, CommandError> {
+pub(crate) fn partition(role: &str, partitions: i32) -> Result<i32, CommandError> {
     role_partition(role, partitions).map_err(|e| CommandError::Usage(e.to_string()))
 }
 
@@ -34,12 +34,12 @@ fn unhex(flag: &str, text: &str) -> Result<Vec<u8>, CommandError> {
 }
 
 /// The JSON form of a registration value.
-pub fn registration_json(r: &Registration) -> Value {
+pub(crate) fn registration_json(r: &Registration) -> Value {
     json!({ "member": r.member, "registeredAt": r.registered_at })
 }
 
 /// The JSON form of a lease value.
-pub fn lease_json(l: &Lease) -> Value {
+pub(crate) fn lease_json(l: &Lease) -> Value {
     json!({
         "member": l.member,
         "token": l.token.to_string(),
@@ -52,7 +52,7 @@ pub fn lease_json(l: &Lease) -> Value {
 
 /// `decode --key HEX [--value HEX]`: the record as JSON. A missing or empty
 /// value is a tombstone.
-pub fn decode(key_hex: &str, value_hex: Option<&str>) -> Result<Value, CommandError> {
+pub(crate) fn decode(key_hex: &str, value_hex: Option<&str>) -> Result<Value, CommandError> {
     let key_bytes = unhex("--key", key_hex)?;
     let key = decode_key(&key_bytes).map_err(|error| CommandError::Format { error })?;
     let value_bytes = value_hex.map(|v| unhex("--value", v)).transpose()?;
@@ -81,7 +81,7 @@ pub fn decode(key_hex: &str, value_hex: Option<&str>) -> Result<Value, CommandEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordination::Part;
+    use krabka_authority::coordination::Part;
 
     #[test]
     fn decodes_the_shared_lease_vector() {

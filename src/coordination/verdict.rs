@@ -1,10 +1,9 @@
 //! The verdict of an authority check: a token against the coordinator's
-//! current pair, compared exactly. Pure: no I/O, no clock.
+//! current pair, compared exactly.
 
 use serde::Serialize;
 
-use crate::coordination::FencingToken;
-use crate::kafka::TransactionDescription;
+use super::FencingToken;
 
 /// The answer to "is this token the role's authority now?".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -40,35 +39,21 @@ impl Verdict {
     ];
 }
 
-/// Judges `token` against what the coordinator described (`None`: error 105,
-/// no holder). A described pair that is not minted (negative) means no holder.
-pub fn judge(
-    token: FencingToken,
-    described: Option<&TransactionDescription>,
-) -> (Verdict, Option<FencingToken>) {
-    let current = described.and_then(TransactionDescription::token);
-    let verdict = match current {
+/// Judges `token` against the coordinator's current pair (`None`: no
+/// member holds the role). Only the exact current pair is authoritative;
+/// an unminted token never is.
+pub fn verdict(token: FencingToken, current: Option<FencingToken>) -> Verdict {
+    match current {
         None => Verdict::Vacant,
-        Some(current) if current == token => Verdict::Authoritative,
+        Some(current) if current == token && token.minted() => Verdict::Authoritative,
         Some(current) if current.supersedes(&token) => Verdict::Superseded,
         Some(_) => Verdict::Unknown,
-    };
-    (verdict, current)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn described(id: i64, epoch: i16) -> TransactionDescription {
-        TransactionDescription {
-            state: "CompleteCommit".into(),
-            producer_id: id,
-            producer_epoch: epoch,
-            timeout_ms: 30_000,
-            start_time_ms: -1,
-        }
-    }
 
     fn t(id: i64, epoch: i16) -> FencingToken {
         FencingToken::new(id, epoch).unwrap()
@@ -76,26 +61,21 @@ mod tests {
 
     #[test]
     fn exact_comparison_against_the_current_pair() {
-        let d = described(7, 3);
-        assert_eq!(
-            judge(t(7, 3), Some(&d)),
-            (Verdict::Authoritative, Some(t(7, 3)))
-        );
-        assert_eq!(judge(t(7, 2), Some(&d)).0, Verdict::Superseded);
-        assert_eq!(judge(t(6, 9000), Some(&d)).0, Verdict::Superseded);
-        assert_eq!(judge(t(7, 4), Some(&d)).0, Verdict::Unknown);
-        assert_eq!(judge(t(8, 0), Some(&d)).0, Verdict::Unknown);
+        let current = Some(t(7, 3));
+        assert_eq!(verdict(t(7, 3), current), Verdict::Authoritative);
+        assert_eq!(verdict(t(7, 2), current), Verdict::Superseded);
+        assert_eq!(verdict(t(6, 9000), current), Verdict::Superseded);
+        assert_eq!(verdict(t(7, 4), current), Verdict::Unknown);
+        assert_eq!(verdict(t(8, 0), current), Verdict::Unknown);
     }
 
     #[test]
     fn a_rotated_producer_id_supersedes_the_exhausted_epoch() {
-        let d = described(8, 0);
-        assert_eq!(judge(t(7, i16::MAX), Some(&d)).0, Verdict::Superseded);
+        assert_eq!(verdict(t(7, i16::MAX), Some(t(8, 0))), Verdict::Superseded);
     }
 
     #[test]
     fn no_holder_is_vacant() {
-        assert_eq!(judge(t(1, 1), None), (Verdict::Vacant, None));
-        assert_eq!(judge(t(1, 1), Some(&described(-1, -1))).0, Verdict::Vacant);
+        assert_eq!(verdict(t(1, 1), None), Verdict::Vacant);
     }
 }

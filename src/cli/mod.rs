@@ -1,0 +1,143 @@
+//! The subcommands of the binary, at the edge: each parses its flags, runs
+//! on the library and turns the outcome into output and an exit status.
+
+pub(crate) mod demo;
+pub(crate) mod offline;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use krabka_authority::coordination::{RoleState, Verdict, role_partition};
+use krabka_authority::kafka::{KafkaClient, KafkaSettings};
+use krabka_authority::service::check::Checker;
+use krabka_authority::service::http::extract::{parse_token, validate_role};
+use krabka_authority::service::http::views::roster as roster_view;
+use krabka_authority::service::watch::RoleView;
+use krabka_authority::service::{self, AppState, ServiceConfig, SetupError};
+use krabka_authority::time::{Clock, SystemClock};
+
+/// Exit status of a configuration refused before anything started.
+pub(crate) const EXIT_CONFIG: u8 = 2;
+
+fn client(kafka: &KafkaSettings) -> Result<KafkaClient, String> {
+    let config = kafka.client_config()?;
+    KafkaClient::new(config).map_err(|e| e.to_string())
+}
+
+/// `serve`: the service, until SIGTERM or SIGINT.
+pub(crate) async fn serve(
+    config: ServiceConfig,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<ExitCode> {
+    if let Err(message) = config.validate() {
+        eprintln!("error: invalid configuration: {message}");
+        return Ok(ExitCode::from(EXIT_CONFIG));
+    }
+    let state = match AppState::new(config) {
+        Ok(state) => state,
+        Err(SetupError::Config(message)) => {
+            eprintln!("error: invalid configuration: {message}");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+        Err(e) => return Err(e).context("cannot set up the service"),
+    };
+    // Credentials and TLS trust are checked before serving: a wrong password
+    // or an untrusted certificate stops here, clearly; an unreachable broker
+    // only delays readiness.
+    if let Err(e) = state.cluster.partitions(&state.config.kafka.topic).await
+        && let krabka_authority::cluster::ClusterError::Denied(why) = &e
+    {
+        eprintln!("error: cannot use Kafka: {why}");
+        return Ok(ExitCode::from(EXIT_CONFIG));
+    }
+    service::serve(state, shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `check ROLE TOKEN`: one check through the service's check path; exit 0
+/// authoritative, 1 not, 2 undecided.
+pub(crate) async fn check(
+    kafka: KafkaSettings,
+    role: &str,
+    token: &str,
+) -> anyhow::Result<ExitCode> {
+    let token = match validate_role(role).and_then(|()| parse_token(token)) {
+        Ok(token) => token,
+        Err(problem) => {
+            eprintln!("error: {}", problem.detail);
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+    };
+    let client = match client(&kafka) {
+        Ok(client) => client,
+        Err(message) => {
+            eprintln!("error: invalid configuration: {message}");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+    };
+    let deadline = Instant::now() + client.config().operation_timeout;
+    let checker = Checker::new(Arc::new(client), Arc::new(SystemClock), 1, 1024);
+    match checker.check(role, token, deadline).await {
+        Ok(answer) => {
+            println!("{}", serde_json::to_string_pretty(&answer)?);
+            Ok(ExitCode::from(u8::from(
+                answer.verdict != Verdict::Authoritative,
+            )))
+        }
+        Err(e) => {
+            eprintln!("error: could not ask the coordinator: {e}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+/// `roster ROLE`: the role's roster and lease as JSON, read from the topic.
+pub(crate) async fn roster(
+    kafka: KafkaSettings,
+    role: &str,
+    stagger: Duration,
+) -> anyhow::Result<ExitCode> {
+    let client = match client(&kafka) {
+        Ok(client) => client,
+        Err(message) => {
+            eprintln!("error: invalid configuration: {message}");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+    };
+    let partitions = client.partition_count(&kafka.topic).await?;
+    let partition = role_partition(role, partitions)?;
+    let read = client.read_committed(&kafka.topic, partition, 0).await?;
+    let state = RoleState::from_records(role, &read.records);
+    for m in state.malformed() {
+        eprintln!(
+            "warning: skipped a malformed record at offset {}: {}",
+            m.offset, m.error
+        );
+    }
+    if state.is_empty() {
+        eprintln!("error: the topic holds no record of role {role:?}");
+        return Ok(ExitCode::from(1));
+    }
+    let now = SystemClock.now_ms();
+    let view = RoleView {
+        state: Arc::new(state),
+        partition,
+        offset: read.next_offset,
+        age: Duration::ZERO,
+        refreshed_at_ms: now,
+        status: None,
+        failovers_in_window: 0,
+        coordinator: None,
+    };
+    let stagger_ms = i64::try_from(stagger.as_millis()).unwrap_or(i64::MAX);
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&roster_view(&view, now, stagger_ms))?
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,102 @@
+//! The seam under the service: the little it asks of a Kafka cluster.
+//!
+//! The service reads; it never writes. It asks the transaction coordinator
+//! for the current pair of roles, reads the coordination topic's layout, and
+//! tails the topic. [`crate::kafka::KafkaClient`] answers from a real
+//! cluster; [`crate::transport::memory::MemoryCluster`] answers from memory
+//! with the same semantics, so the service's rules and HTTP handlers are
+//! tested without a broker.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::coordination::{FencingToken, LogRecord};
+
+/// What the transaction coordinator reports for a role now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Described {
+    /// The current pair; `None` when no member holds the role.
+    pub current: Option<FencingToken>,
+    /// The coordinator's transaction state (`Empty`, `Ongoing`, ...);
+    /// `None` when no member holds the role.
+    pub state: Option<String>,
+}
+
+/// Why the cluster could not answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    /// Not now: unreachable, moving, timed out. Asking later may work.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The cluster refuses the service's credentials or permissions; an
+    /// operator must act.
+    #[error("{0}")]
+    Denied(String),
+    /// The request cannot work as made (a missing topic, bad settings).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What tailing learned of one partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Tailed {
+    /// Committed records read (maybe none), and where the partition's reader
+    /// stands now: every record below `next_offset` was delivered.
+    Read {
+        /// The partition.
+        partition: i32,
+        /// The records, in offset order.
+        records: Vec<LogRecord>,
+        /// Where the next read starts.
+        next_offset: i64,
+        /// The partition's last stable offset at the read.
+        last_stable_offset: i64,
+    },
+    /// A read of the partition failed; it is tried again.
+    Failed {
+        /// The partition.
+        partition: i32,
+        /// Why.
+        error: ClusterError,
+    },
+}
+
+/// The lowest pair an answer may carry for a role: the highest seen so far.
+pub type Floor<'a> = &'a (dyn Fn(&str) -> Option<FencingToken> + Sync);
+
+/// What the service asks of a cluster.
+pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {
+    /// The current pair of each role, from requests sent after this call
+    /// began, retried until `deadline`. An answer below `floor(role)` comes
+    /// from a stale coordinator: it is asked again, never returned.
+    fn describe<'a>(
+        &'a self,
+        roles: &'a [String],
+        floor: Floor<'a>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, HashMap<String, Result<Described, ClusterError>>>;
+
+    /// The partition count of `topic`, from fresh metadata.
+    fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<i32, ClusterError>>;
+
+    /// Refuses a topic that is not compacted (retention would forget
+    /// registrations and leases).
+    fn check_compacted<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<(), ClusterError>>;
+
+    /// Tails every partition of `topic` from `from[p]` with read_committed
+    /// long polls of up to `long_poll`, until the receiver is dropped.
+    fn tail(&self, topic: &str, from: Vec<i64>, long_poll: Duration) -> mpsc::Receiver<Tailed>;
+
+    /// The cluster's id, once known: cached answers are tied to it.
+    fn cluster_id(&self) -> Option<String>;
+
+    /// Bytes of role names the client remembers (their coordinators), for
+    /// the metric of that bounded memory.
+    fn remembered_bytes(&self) -> u64 {
+        0
+    }
+}

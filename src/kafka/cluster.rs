@@ -1,0 +1,76 @@
+//! [`KafkaClient`] as the service's [`Cluster`].
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::client::KafkaClient;
+use super::error::KafkaError;
+use crate::cluster::{Cluster, ClusterError, Described, Floor, Tailed};
+
+impl From<KafkaError> for ClusterError {
+    fn from(e: KafkaError) -> ClusterError {
+        if e.is_access_error() {
+            ClusterError::Denied(e.to_string())
+        } else if e.is_retriable() || matches!(e, KafkaError::GaveUp { .. }) {
+            ClusterError::Unavailable(e.to_string())
+        } else {
+            match e {
+                KafkaError::Topic { .. } | KafkaError::Invalid(_) => {
+                    ClusterError::Invalid(e.to_string())
+                }
+                other => ClusterError::Unavailable(other.to_string()),
+            }
+        }
+    }
+}
+
+impl Cluster for KafkaClient {
+    fn describe<'a>(
+        &'a self,
+        roles: &'a [String],
+        floor: Floor<'a>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, HashMap<String, Result<Described, ClusterError>>> {
+        async move {
+            self.describe_transactions(roles, floor, deadline)
+                .await
+                .into_iter()
+                .map(|(role, answer)| {
+                    let answer = answer
+                        .map(|d| Described {
+                            current: d.as_ref().and_then(|d| d.token()),
+                            state: d.map(|d| d.state),
+                        })
+                        .map_err(ClusterError::from);
+                    (role, answer)
+                })
+                .collect()
+        }
+        .boxed()
+    }
+
+    fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<i32, ClusterError>> {
+        async move { Ok(self.partition_count(topic).await?) }.boxed()
+    }
+
+    fn check_compacted<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<(), ClusterError>> {
+        async move { Ok(KafkaClient::check_compacted(self, topic).await?) }.boxed()
+    }
+
+    fn tail(&self, topic: &str, from: Vec<i64>, long_poll: Duration) -> mpsc::Receiver<Tailed> {
+        KafkaClient::tail(self, topic, from, long_poll)
+    }
+
+    fn cluster_id(&self) -> Option<String> {
+        KafkaClient::cluster_id(self)
+    }
+
+    fn remembered_bytes(&self) -> u64 {
+        self.core.coordinators.weighted_size()
+    }
+}

@@ -1,0 +1,111 @@
+//! The client's one retry policy: a retriable error is retried after a
+//! jittered exponential backoff (`retry.backoff.ms` 100 ms doubling to
+//! `retry.backoff.max.ms` 1 s, Kafka's Java defaults) until the caller's
+//! deadline; the last error is then reported as [`KafkaError::GaveUp`].
+//!
+//! What to refresh after an error (metadata, a coordinator, a broker's
+//! reconnect backoff) is decided where the error is seen, in
+//! `KafkaClient::send_to`; this only decides when to try again.
+
+use std::future::Future;
+
+use tokio::time::Instant;
+
+use super::backoff::Backoff;
+use super::client::{ClientConfig, KafkaClient};
+use super::error::KafkaError;
+
+/// One operation's retries.
+#[derive(Debug)]
+pub(crate) struct Retry {
+    op: &'static str,
+    started: Instant,
+    deadline: Instant,
+    backoff: Backoff,
+}
+
+impl Retry {
+    pub(crate) fn new(op: &'static str, config: &ClientConfig, deadline: Instant) -> Retry {
+        Retry {
+            op,
+            started: Instant::now(),
+            deadline,
+            backoff: Backoff::new(config.retry_backoff, config.retry_backoff_max),
+        }
+    }
+
+    /// Waits out the next backoff after `error`, or gives up with it when
+    /// the backoff would end past the deadline.
+    pub(crate) async fn pause(&mut self, error: KafkaError) -> Result<(), KafkaError> {
+        let delay = self.backoff.next_delay();
+        if Instant::now() + delay >= self.deadline {
+            return Err(self.gave_up(error));
+        }
+        tracing::debug!(op = self.op, %error, ?delay, "retrying");
+        tokio::time::sleep(delay).await;
+        Ok(())
+    }
+
+    /// `error` wrapped as the operation's final failure.
+    pub(crate) fn gave_up(&self, error: KafkaError) -> KafkaError {
+        match error {
+            e @ KafkaError::GaveUp { .. } => e,
+            last => KafkaError::GaveUp {
+                op: self.op,
+                after: self.started.elapsed(),
+                last: Box::new(last),
+            },
+        }
+    }
+
+    /// The error of an attempt cut off by the deadline.
+    pub(crate) fn out_of_time(&self) -> KafkaError {
+        KafkaError::Timeout {
+            api: self.op,
+            addr: "the cluster".into(),
+            after: self.started.elapsed(),
+        }
+    }
+}
+
+impl KafkaClient {
+    /// Runs `attempt` until it succeeds, fails for good, or the operation
+    /// timeout passes.
+    pub(crate) async fn retrying<T, F, Fut>(
+        &self,
+        op: &'static str,
+        attempt: F,
+    ) -> Result<T, KafkaError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, KafkaError>>,
+    {
+        let deadline = Instant::now() + self.config().operation_timeout;
+        self.retrying_until(op, deadline, attempt).await
+    }
+
+    /// Runs `attempt` until it succeeds, fails for good, or `deadline`
+    /// passes. An attempt still running at the deadline is dropped: the
+    /// request's own timeout is the client's, so a caller in a hurry never
+    /// shortens it and never poisons a connection to a live broker.
+    pub(crate) async fn retrying_until<T, F, Fut>(
+        &self,
+        op: &'static str,
+        deadline: Instant,
+        mut attempt: F,
+    ) -> Result<T, KafkaError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, KafkaError>>,
+    {
+        let mut retry = Retry::new(op, self.config(), deadline);
+        loop {
+            match tokio::time::timeout_at(deadline, attempt()).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(e)) if e.is_retriable() => retry.pause(e).await?,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(retry.gave_up(retry.out_of_time())),
+            }
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! What the check path remembers between checks, bounded and tied to the
+//! cluster it came from.
+//!
+//! - **Superseded tokens.** A token found superseded can never turn current
+//!   again (a transactional id's pair only grows), so the verdict is kept
+//!   and answered without a Kafka request. An `authoritative` verdict is
+//!   never kept.
+//! - **High-water marks.** The highest pair seen for each role, from any
+//!   source: describes, lease records the watcher reads, the coordinator
+//!   poller. A coordinator answering below it is stale (it paused and came
+//!   back), and its answer is not used. Losing an entry (evicted, expired)
+//!   may cost a retry the mark would have caused, never a wrong answer: the
+//!   confirmation of every answer by a second broker is the first line.
+//!
+//! Both are keyed by the cluster's id: when the bootstrap address leads to
+//! another cluster (rebuilt, disaster recovery), nothing learned of the old
+//! one is used, and both are cleared.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use moka::sync::Cache;
+
+use crate::coordination::FencingToken;
+
+/// How long an unused high-water mark is kept.
+const HIGH_WATER_IDLE: Duration = Duration::from_secs(3600);
+
+/// What was learned when a token was found superseded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SupersededBy {
+    /// The pair that superseded it, as described then.
+    pub current: FencingToken,
+    /// The transaction state described then.
+    pub state: String,
+    /// When it was described (epoch ms).
+    pub checked_at_ms: i64,
+}
+
+type Cluster = Arc<str>;
+
+/// The check path's memory.
+#[derive(Debug)]
+pub struct Caches {
+    superseded: Cache<(Cluster, String, FencingToken), SupersededBy>,
+    high_water: Cache<(Cluster, String), FencingToken>,
+    cluster: Mutex<Option<Cluster>>,
+}
+
+impl Caches {
+    /// Caches of at most `superseded` tokens and `high_water_bytes` bytes of
+    /// role names with their marks.
+    pub fn new(superseded: u64, high_water_bytes: u64) -> Caches {
+        Caches {
+            superseded: Cache::builder()
+                .max_capacity(superseded)
+                .weigher(
+                    |(_, role, _): &(Cluster, String, FencingToken), _: &SupersededBy| {
+                        // Long role names cost more; a count alone would let a
+                        // caller fill memory with 32 KiB names.
+                        u32::try_from(1 + role.len() / 1024).unwrap_or(u32::MAX)
+                    },
+                )
+                .build(),
+            high_water: Cache::builder()
+                .max_capacity(high_water_bytes)
+                .weigher(|(_, role): &(Cluster, String), _: &FencingToken| {
+                    u32::try_from(role.len() + 64).unwrap_or(u32::MAX)
+                })
+                .time_to_idle(HIGH_WATER_IDLE)
+                .build(),
+            cluster: Mutex::default(),
+        }
+    }
+
+    /// Follows the cluster's id: a new id clears everything. Returns the id
+    /// to key entries by, `None` while it is unknown (nothing is cached then).
+    pub fn cluster(&self, id: Option<String>) -> Option<Cluster> {
+        let id = id?;
+        let mut cluster = self
+            .cluster
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match cluster.as_ref() {
+            Some(known) if **known == *id => Some(known.clone()),
+            known => {
+                if let Some(old) = known {
+                    tracing::warn!(old = %old, new = %id, "the cluster id changed; forgetting superseded tokens and high-water marks of the old cluster");
+                    self.superseded.invalidate_all();
+                    self.high_water.invalidate_all();
+                }
+                let id: Cluster = id.into();
+                *cluster = Some(id.clone());
+                Some(id)
+            }
+        }
+    }
+
+    /// The cached verdict of a token found superseded before.
+    pub fn superseded(
+        &self,
+        cluster: &Cluster,
+        role: &str,
+        token: FencingToken,
+    ) -> Option<SupersededBy> {
+        self.superseded
+            .get(&(cluster.clone(), role.to_owned(), token))
+    }
+
+    /// Remembers that `token` of `role` is superseded.
+    pub fn remember_superseded(
+        &self,
+        cluster: &Cluster,
+        role: &str,
+        token: FencingToken,
+        by: SupersededBy,
+    ) {
+        self.superseded
+            .insert((cluster.clone(), role.to_owned(), token), by);
+    }
+
+    /// The highest pair seen for `role`.
+    pub fn high_water(&self, cluster: &Cluster, role: &str) -> Option<FencingToken> {
+        self.high_water.get(&(cluster.clone(), role.to_owned()))
+    }
+
+    /// Raises the high-water mark of `role` to `pair` (never lowers it).
+    pub fn raise(&self, cluster: &Cluster, role: &str, pair: FencingToken) {
+        self.high_water
+            .entry((cluster.clone(), role.to_owned()))
+            .and_upsert_with(|seen| match seen {
+                Some(seen) if *seen.value() >= pair => *seen.value(),
+                _ => pair,
+            });
+    }
+
+    /// Entries of each cache, for metrics.
+    pub fn sizes(&self) -> (u64, u64) {
+        self.superseded.run_pending_tasks();
+        self.high_water.run_pending_tasks();
+        (self.superseded.entry_count(), self.high_water.entry_count())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(id: i64, epoch: i16) -> FencingToken {
+        FencingToken::new(id, epoch).unwrap()
+    }
+
+    #[test]
+    fn a_high_water_mark_only_rises() {
+        let caches = Caches::new(10, 1 << 20);
+        let c = caches.cluster(Some("c1".into())).unwrap();
+        assert_eq!(caches.high_water(&c, "r"), None);
+        caches.raise(&c, "r", t(5, 2));
+        caches.raise(&c, "r", t(5, 1));
+        assert_eq!(caches.high_water(&c, "r"), Some(t(5, 2)));
+        caches.raise(&c, "r", t(6, 0));
+        assert_eq!(caches.high_water(&c, "r"), Some(t(6, 0)));
+    }
+
+    #[test]
+    fn another_cluster_id_forgets_everything() {
+        let caches = Caches::new(10, 1 << 20);
+        let c1 = caches.cluster(Some("c1".into())).unwrap();
+        caches.raise(&c1, "r", t(5, 2));
+        let by = SupersededBy {
+            current: t(5, 2),
+            state: "Empty".into(),
+            checked_at_ms: 0,
+        };
+        caches.remember_superseded(&c1, "r", t(5, 1), by.clone());
+        assert_eq!(caches.superseded(&c1, "r", t(5, 1)), Some(by));
+        assert_eq!(caches.cluster(None), None, "unknown: nothing cached");
+        let c2 = caches.cluster(Some("c2".into())).unwrap();
+        assert_eq!(caches.superseded(&c2, "r", t(5, 1)), None);
+        assert_eq!(caches.high_water(&c2, "r"), None);
+        assert_eq!(caches.superseded(&c1, "r", t(5, 1)), None, "cleared");
+    }
+
+    #[test]
+    fn both_caches_are_bounded_whatever_the_role_names() {
+        let caches = Caches::new(1_000, 100_000);
+        let c = caches.cluster(Some("c".into())).unwrap();
+        let by = SupersededBy {
+            current: t(2, 0),
+            state: "Empty".into(),
+            checked_at_ms: 0,
+        };
+        for i in 0..2_000 {
+            let role = format!("{i:0>30000}");
+            caches.raise(&c, &role, t(1, 0));
+            caches.remember_superseded(&c, &role, t(1, 0), by.clone());
+        }
+        let (superseded, high_water) = caches.sizes();
+        assert!(superseded <= 1_000 / 30, "{superseded} long names kept");
+        assert!(high_water <= 100_000 / 30_000, "{high_water} marks kept");
+    }
+}

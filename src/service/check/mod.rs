@@ -1,0 +1,323 @@
+//! The one check path: `GET /roles/{role}/authority`, `POST
+//! /authority/check` and the `check` subcommand all come here.
+//!
+//! A check is answered from the superseded cache when the token was found
+//! superseded before; otherwise from the transaction coordinator, asked
+//! after the check arrived (batched with every concurrent check by the
+//! cluster client), with the role's high-water mark as the floor below which
+//! an answer is stale. An `authoritative` verdict is never cached.
+
+mod caches;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+pub use caches::{Caches, SupersededBy};
+
+use crate::cluster::{Cluster, ClusterError, Described};
+use crate::coordination::{FencingToken, Verdict, verdict};
+use crate::time::{Clock, Rfc3339Ms};
+
+/// The answer to one check.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckAnswer {
+    /// The role asked about.
+    pub role: String,
+    /// The token asked about.
+    pub token: FencingToken,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The coordinator's current pair; `null` when nobody holds the role.
+    pub current: Option<FencingToken>,
+    /// The coordinator's transaction state; `null` when nobody holds the role.
+    pub state: Option<String>,
+    /// When the coordinator was asked.
+    pub checked_at: Rfc3339Ms,
+    /// True when a superseded verdict came from the cache (then `current`
+    /// and `checkedAt` are those of the check that found it superseded).
+    pub cached: bool,
+}
+
+/// Checks tokens against the coordinator, with the caches.
+#[derive(Debug)]
+pub struct Checker {
+    cluster: Arc<dyn Cluster>,
+    caches: Caches,
+    clock: Arc<dyn Clock>,
+}
+
+impl Checker {
+    /// A checker over `cluster`, remembering at most `superseded` superseded
+    /// tokens and `high_water_bytes` bytes of high-water marks.
+    pub fn new(
+        cluster: Arc<dyn Cluster>,
+        clock: Arc<dyn Clock>,
+        superseded: u64,
+        high_water_bytes: u64,
+    ) -> Checker {
+        Checker {
+            cluster,
+            caches: Caches::new(superseded, high_water_bytes),
+            clock,
+        }
+    }
+
+    /// The caches, for metrics.
+    pub fn caches(&self) -> &Caches {
+        &self.caches
+    }
+
+    /// Raises the high-water mark of `role` with a pair seen elsewhere (a
+    /// lease record, the coordinator poller).
+    pub fn observe(&self, role: &str, pair: FencingToken) {
+        if let Some(cluster) = self.caches.cluster(self.cluster.cluster_id()) {
+            self.caches.raise(&cluster, role, pair);
+        }
+    }
+
+    /// The highest pair seen for `role`.
+    pub fn high_water(&self, role: &str) -> Option<FencingToken> {
+        let cluster = self.caches.cluster(self.cluster.cluster_id())?;
+        self.caches.high_water(&cluster, role)
+    }
+
+    /// Checks one token of one role.
+    pub async fn check(
+        &self,
+        role: &str,
+        token: FencingToken,
+        deadline: Instant,
+    ) -> Result<CheckAnswer, ClusterError> {
+        let pairs = [(role.to_owned(), token)];
+        self.check_many(&pairs, deadline)
+            .await
+            .pop()
+            .unwrap_or_else(|| Err(ClusterError::Invalid("no answer".into())))
+    }
+
+    /// Checks many (role, token) pairs in one round: cache hits first, then
+    /// one describe of every remaining role, whose requests the roles of one
+    /// coordinator share. Answers in the order asked.
+    pub async fn check_many(
+        &self,
+        pairs: &[(String, FencingToken)],
+        deadline: Instant,
+    ) -> Vec<Result<CheckAnswer, ClusterError>> {
+        let cluster = self.caches.cluster(self.cluster.cluster_id());
+        let mut answers: Vec<Option<Result<CheckAnswer, ClusterError>>> = pairs
+            .iter()
+            .map(|(role, token)| {
+                let hit = cluster
+                    .as_ref()
+                    .and_then(|c| self.caches.superseded(c, role, *token))?;
+                Some(Ok(CheckAnswer {
+                    role: role.clone(),
+                    token: *token,
+                    verdict: Verdict::Superseded,
+                    current: Some(hit.current),
+                    state: Some(hit.state),
+                    checked_at: Rfc3339Ms(hit.checked_at_ms),
+                    cached: true,
+                }))
+            })
+            .collect();
+        let mut roles: Vec<String> = pairs
+            .iter()
+            .zip(&answers)
+            .filter(|(_, a)| a.is_none())
+            .map(|((role, _), _)| role.clone())
+            .collect();
+        roles.sort_unstable();
+        roles.dedup();
+        let described: HashMap<String, Result<Described, ClusterError>> = if roles.is_empty() {
+            HashMap::new()
+        } else {
+            let floor = |role: &str| {
+                cluster
+                    .as_ref()
+                    .and_then(|c| self.caches.high_water(c, role))
+            };
+            self.cluster.describe(&roles, &floor, deadline).await
+        };
+        let checked_at_ms = self.clock.now_ms();
+        // The id now: an answer of another cluster must not land in the
+        // old one's caches.
+        let cluster = self
+            .caches
+            .cluster(self.cluster.cluster_id())
+            .filter(|now| cluster.as_ref().is_some_and(|before| before == now));
+        for ((role, token), answer) in pairs.iter().zip(answers.iter_mut()) {
+            if answer.is_some() {
+                continue;
+            }
+            let result = described
+                .get(role)
+                .cloned()
+                .unwrap_or_else(|| Err(ClusterError::Invalid(format!("no answer for {role:?}"))))
+                .map(|d| self.judge(cluster.as_ref(), role, *token, d, checked_at_ms));
+            *answer = Some(result);
+        }
+        answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(ClusterError::Invalid("unanswered".into()))))
+            .collect()
+    }
+
+    fn judge(
+        &self,
+        cluster: Option<&Arc<str>>,
+        role: &str,
+        token: FencingToken,
+        described: Described,
+        checked_at_ms: i64,
+    ) -> CheckAnswer {
+        let verdict = verdict(token, described.current);
+        if let (Some(cluster), Some(current)) = (cluster, described.current) {
+            self.caches.raise(cluster, role, current);
+            if verdict == Verdict::Superseded {
+                self.caches.remember_superseded(
+                    cluster,
+                    role,
+                    token,
+                    SupersededBy {
+                        current,
+                        state: described.state.clone().unwrap_or_default(),
+                        checked_at_ms,
+                    },
+                );
+            }
+        }
+        CheckAnswer {
+            role: role.to_owned(),
+            token,
+            verdict,
+            current: described.current,
+            state: described.state,
+            checked_at: Rfc3339Ms(checked_at_ms),
+            cached: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::time::ManualClock;
+    use crate::transport::Coordinator;
+    use crate::transport::memory::MemoryCluster;
+
+    fn checker(cluster: &MemoryCluster) -> Checker {
+        Checker::new(
+            Arc::new(cluster.clone()),
+            Arc::new(ManualClock::new(1_000)),
+            1000,
+            1 << 20,
+        )
+    }
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_millis(300)
+    }
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    #[tokio::test]
+    async fn every_verdict_and_only_superseded_is_cached() {
+        let cluster = MemoryCluster::new(4);
+        let checker = checker(&cluster);
+        let any = FencingToken::new(1, 1).unwrap();
+        let vacant = checker.check("r", any, soon()).await.unwrap();
+        assert_eq!((vacant.verdict, vacant.current), (Verdict::Vacant, None));
+
+        let a = cluster.transport();
+        let ta = a.acquire_epoch("r", LEASE).await.unwrap();
+        let yes = checker.check("r", ta, soon()).await.unwrap();
+        assert_eq!(yes.verdict, Verdict::Authoritative);
+        assert!(!yes.cached);
+        let again = checker.check("r", ta, soon()).await.unwrap();
+        assert!(!again.cached, "authoritative is never cached");
+
+        let tb = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
+        let no = checker.check("r", ta, soon()).await.unwrap();
+        assert_eq!(
+            (no.verdict, no.current, no.cached),
+            (Verdict::Superseded, Some(tb), false)
+        );
+        cluster.set_unavailable(Some("down"));
+        let cached = checker.check("r", ta, soon()).await.unwrap();
+        assert_eq!((cached.verdict, cached.cached), (Verdict::Superseded, true));
+        assert!(
+            checker.check("r", tb, soon()).await.is_err(),
+            "no guess when down"
+        );
+        cluster.set_unavailable(None);
+
+        let ahead = FencingToken::new(tb.producer_id(), tb.producer_epoch() + 1).unwrap();
+        assert_eq!(
+            checker.check("r", ahead, soon()).await.unwrap().verdict,
+            Verdict::Unknown
+        );
+    }
+
+    #[tokio::test]
+    async fn a_coordinator_answering_an_old_pair_after_a_newer_was_seen_never_says_yes() {
+        let cluster = MemoryCluster::new(4);
+        let checker = checker(&cluster);
+        let t1 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
+        assert_eq!(
+            checker.check("r", t1, soon()).await.unwrap().verdict,
+            Verdict::Authoritative
+        );
+        // A newer holder mints elsewhere; the service sees it (a lease
+        // record, the poller, another check) ...
+        let t2 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
+        checker.observe("r", t2);
+        // ... then the old coordinator comes back and answers t1 as current.
+        cluster.answer_stale("r", Some(t1));
+        let started = Instant::now();
+        let answer = checker.check("r", t1, soon()).await;
+        assert!(
+            matches!(answer, Err(ClusterError::Unavailable(_))),
+            "a stale answer is retried until the deadline, then undecided: {answer:?}"
+        );
+        assert!(started.elapsed() >= Duration::from_millis(250));
+        let batch = checker
+            .check_many(&[("r".into(), t1), ("r".into(), t2)], soon())
+            .await;
+        assert!(batch.iter().all(Result::is_err), "{batch:?}");
+        // Once it has caught up, the answer is right.
+        cluster.clear_stale("r");
+        let answer = checker.check("r", t1, soon()).await.unwrap();
+        assert_eq!(
+            (answer.verdict, answer.current),
+            (Verdict::Superseded, Some(t2))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_check_raises_the_high_water_mark_and_a_new_cluster_resets_it() {
+        let cluster = MemoryCluster::new(4);
+        let checker = checker(&cluster);
+        let t1 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
+        checker.check("r", t1, soon()).await.unwrap();
+        assert_eq!(checker.high_water("r"), Some(t1));
+        let t2 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
+        checker.check("r", t1, soon()).await.unwrap();
+        assert_eq!(checker.high_water("r"), Some(t2));
+        // Another cluster behind the same address: its pairs start low, and
+        // the old cluster's verdicts and marks must not apply.
+        cluster.set_cluster_id("rebuilt");
+        assert_eq!(checker.high_water("r"), None);
+        let answer = checker.check("r", t1, soon()).await.unwrap();
+        assert!(
+            !answer.cached,
+            "the old cluster's superseded verdict is forgotten"
+        );
+    }
+}

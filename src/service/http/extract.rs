@@ -1,0 +1,159 @@
+//! Extractors for what a request names: a validated role from the path, a
+//! token from the query. A bad one is a 400 problem naming the field.
+
+use axum::extract::{FromRequestParts, Path, Query};
+use axum::http::request::Parts;
+use serde::Deserialize;
+
+use super::problem::Problem;
+use crate::coordination::{FencingToken, MAX_STRING_LEN};
+
+/// A role name: a Kafka transactional id, 1 to 32767 bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Role(pub String);
+
+/// A fencing token from `?token=<producer id>:<producer epoch>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Token(pub FencingToken);
+
+/// Checks a role name.
+pub fn validate_role(role: &str) -> Result<(), Problem> {
+    if role.is_empty() {
+        return Err(Problem::invalid("role", "the role is empty"));
+    }
+    if role.len() > MAX_STRING_LEN {
+        return Err(Problem::invalid(
+            "role",
+            format!(
+                "the role is {} bytes long; at most {MAX_STRING_LEN} are allowed",
+                role.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Parses a token, naming the wrong part.
+pub fn parse_token(text: &str) -> Result<FencingToken, Problem> {
+    text.parse::<FencingToken>().map_err(|e| {
+        Problem::invalid(
+            "token",
+            format!("{e}; a token looks like 4000:7 (<producer id>:<producer epoch>)"),
+        )
+    })
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Role {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Role, Problem> {
+        let Path(role) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| Problem::invalid("role", e.body_text()))?;
+        validate_role(&role)?;
+        Ok(Role(role))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct TokenQuery {
+    token: Option<String>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Token {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Token, Problem> {
+        let Query(query) = Query::<TokenQuery>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| Problem::invalid("token", e.body_text()))?;
+        let text = query.token.ok_or_else(|| {
+            Problem::invalid(
+                "token",
+                "the token query parameter is missing; add ?token=<producer id>:<producer epoch>",
+            )
+        })?;
+        Ok(Token(parse_token(&text)?))
+    }
+}
+
+/// A JSON body of a request: 415 without a JSON content type, 413 over the
+/// body limit (declared or read), 408 when it arrives too slowly, 400 when
+/// it is not the JSON expected.
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+/// True for `application/json` and `application/<anything>+json`, with or
+/// without parameters.
+fn is_json(headers: &axum::http::HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence
+        .strip_prefix("application/")
+        .is_some_and(|sub| sub == "json" || sub.ends_with("+json"))
+}
+
+/// True when `error` (or what caused it) is the request body timeout.
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+impl<T> axum::extract::FromRequest<std::sync::Arc<crate::service::AppState>> for JsonBody<T>
+where
+    T: serde::de::DeserializeOwned,
+{
+    type Rejection = Problem;
+
+    async fn from_request(
+        request: axum::extract::Request,
+        state: &std::sync::Arc<crate::service::AppState>,
+    ) -> Result<JsonBody<T>, Problem> {
+        let limit = state.config.http.max_body_bytes;
+        if !is_json(request.headers()) {
+            return Err(Problem::unsupported_media_type(
+                "the body must be JSON: send Content-Type: application/json",
+            ));
+        }
+        let declared = request
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return Err(Problem::too_large(format!(
+                "the body is over the limit of {limit} bytes"
+            )));
+        }
+        let bytes = axum::body::Bytes::from_request(request, state)
+            .await
+            .map_err(|e| {
+                if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                    Problem::too_large(format!("the body is over the limit of {limit} bytes"))
+                } else if timed_out(&e) {
+                    Problem::timeout("the body did not arrive within the request timeout")
+                } else {
+                    Problem::invalid("body", e.body_text())
+                }
+            })?;
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| Problem::invalid("body", e.to_string()))
+    }
+}

@@ -1,0 +1,199 @@
+//! The HTTP face of the service: the routes (listed once), the layers
+//! around them, and one module per group of handlers. Built by a function
+//! so tests call it without a socket.
+
+pub mod auth;
+pub mod authority;
+pub mod extract;
+pub mod ops;
+pub mod problem;
+pub mod status_page;
+pub mod stream;
+pub mod views;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderName, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodFilter, on};
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use self::auth::Access;
+use self::problem::Problem;
+use super::AppState;
+
+/// Lists every route once: the groups (by who may call them, and whether
+/// the request timeout bounds them), and `ROUTES`, which a test holds the
+/// OpenAPI document to.
+macro_rules! routes {
+    ($( $group:ident ($access:ident, bounded: $bounded:literal) {
+        $( $method:ident $path:literal => $handler:expr ),* $(,)?
+    } )*) => {
+        /// Every route as `(method, path)`, in the OpenAPI document's notation.
+        pub const ROUTES: &[(&str, &str)] = &[ $( $( (stringify!($method), $path), )* )* ];
+
+        /// The groups of routes: who may call them, whether the request
+        /// timeout bounds them, and their router.
+        fn groups() -> Vec<(Access, bool, Router<Arc<AppState>>)> {
+            vec![ $( (
+                Access::$access,
+                $bounded,
+                Router::new() $( .route($path, on(MethodFilter::$method, $handler)) )*,
+            ), )* ]
+        }
+    };
+}
+
+routes! {
+    api (Api, bounded: true) {
+        GET "/roles/{role}/authority" => authority::get_authority,
+        POST "/authority/check" => authority::post_check,
+        GET "/roles" => views::list_roles,
+        GET "/roles/{role}" => views::get_role,
+        GET "/" => status_page::page,
+    }
+    streams (Api, bounded: false) {
+        GET "/roles/{role}/events" => stream::role_events,
+    }
+    healthz (Healthz, bounded: true) {
+        GET "/healthz" => ops::healthz,
+    }
+    readyz (Readyz, bounded: true) {
+        GET "/readyz" => ops::readyz,
+    }
+    metrics (Metrics, bounded: true) {
+        GET "/metrics" => ops::metrics,
+    }
+    contract (Open, bounded: true) {
+        GET "/openapi.yaml" => ops::openapi,
+    }
+}
+
+/// Request ids: a per-process prefix and a counter, unique and cheap.
+#[derive(Clone, Debug)]
+struct Ids {
+    prefix: u32,
+    next: Arc<AtomicU64>,
+}
+
+impl MakeRequestId for Ids {
+    fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        HeaderValue::from_str(&format!("{:08x}-{n:x}", self.prefix))
+            .ok()
+            .map(RequestId::new)
+    }
+}
+
+/// An unknown path: 404, or the same 401 as everything else for a caller
+/// without a token, so it learns nothing of what exists.
+async fn not_found(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    if auth::refused(&state, &request) {
+        return auth::unauthorized();
+    }
+    Problem::not_found("no such endpoint; see /openapi.yaml").into_response()
+}
+
+async fn method_not_allowed(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    if auth::refused(&state, &request) {
+        return auth::unauthorized();
+    }
+    let mut problem =
+        Problem::not_found("this endpoint does not take that method; see /openapi.yaml");
+    problem.status = 405;
+    problem.title = "Method not allowed".into();
+    problem.kind = problem.kind.replace("not-found", "method-not-allowed");
+    problem.into_response()
+}
+
+/// A 401 says nothing of the path: no `Allow` header, which axum adds to
+/// the answers of a known path asked with another method.
+async fn hide_allowed(mut response: Response) -> Response {
+    if response.status() == axum::http::StatusCode::UNAUTHORIZED {
+        response.headers_mut().remove(header::ALLOW);
+    }
+    response
+}
+
+fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a handler panicked");
+    Problem::internal().into_response()
+}
+
+/// The service's router over `state`.
+pub fn router(state: Arc<AppState>) -> Router {
+    let http = &state.config.http;
+    let ids = Ids {
+        prefix: rand::random(),
+        next: Arc::default(),
+    };
+    let timeout = http.request_timeout + Duration::from_secs(1);
+    let retry_after = http.retry_after_secs();
+    let mut app = Router::new();
+    for (access, bounded, group) in groups() {
+        let mut group = group.route_layer(axum::middleware::from_fn_with_state(
+            (state.clone(), access),
+            auth::require_token,
+        ));
+        if bounded {
+            group = group
+                // A slow body cannot hold a request open past the timeout.
+                .layer(RequestBodyTimeoutLayer::new(http.request_timeout))
+                // A safety net: handlers keep their own deadlines, within this.
+                .layer(
+                    ServiceBuilder::new()
+                        .layer(HandleErrorLayer::new(
+                            move |_: tower::BoxError| async move {
+                                Problem::unavailable(
+                                    format!("the request took longer than {timeout:?}"),
+                                    retry_after,
+                                )
+                            },
+                        ))
+                        .timeout(timeout),
+                );
+        }
+        app = app.merge(group);
+    }
+    app.fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::map_response(hide_allowed))
+        .layer(DefaultBodyLimit::max(http.max_body_bytes))
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::x_request_id(ids))
+                .layer(
+                    TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+                        let id = request
+                            .headers()
+                            .get("x-request-id")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("-");
+                        tracing::info_span!("request", request_id = %id, method = %request.method(), path = %request.uri().path())
+                    }),
+                )
+                .layer(PropagateRequestIdLayer::x_request_id())
+                .layer(SetResponseHeaderLayer::overriding(
+                    header::X_CONTENT_TYPE_OPTIONS,
+                    HeaderValue::from_static("nosniff"),
+                ))
+                .layer(SetResponseHeaderLayer::if_not_present(
+                    HeaderName::from_static("referrer-policy"),
+                    HeaderValue::from_static("no-referrer"),
+                ))
+                .layer(CatchPanicLayer::custom(panicked)),
+        )
+        .with_state(state)
+}

@@ -1,0 +1,490 @@
+//! The watcher: one source of truth for every view, metric and event.
+//!
+//! An I/O shell around the pure [`tracker`]: it tails the coordination
+//! topic (read_committed, long polls, each partition progressing on its
+//! own: [`Cluster::tail`]), feeds every record to the partition's tracker,
+//! and asks the coordinator for every known role's pair on an interval (the
+//! pair moves even when no lease record is written: a challenger's
+//! InitProducerId, a timeout fence, writers on transaction version 2). What
+//! the tracker reports goes to the metrics, the event streams and the check
+//! path's high-water marks.
+
+mod role_metrics;
+mod status;
+mod tracker;
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+
+pub use role_metrics::RoleMetrics;
+pub use status::{RoleStatus, StatusInputs, status};
+pub use tracker::{
+    ChangeKind, CoordinatorView, Effect, PartitionTracker, RoleEvent, RoleFacts, TrackerConfig,
+};
+
+use super::check::Checker;
+use super::metrics::Metrics;
+use crate::cluster::{Cluster, ClusterError, Tailed};
+use crate::coordination::{RoleState, role_partition};
+use crate::time::Clock;
+
+/// How the watcher runs.
+#[derive(Clone, Debug)]
+pub struct WatchConfig {
+    /// The coordination topic.
+    pub topic: String,
+    /// Longest wait of one long poll: how stale a view may get.
+    pub long_poll: Duration,
+    /// Interval of the coordinator poller.
+    pub poll_interval: Duration,
+    /// Most roles per describe of the poller.
+    pub max_describe_batch: usize,
+    /// The rules' settings.
+    pub tracker: TrackerConfig,
+    /// Most roles with per-role metric series.
+    pub max_role_series: usize,
+}
+
+/// One role as the views show it.
+#[derive(Clone, Debug)]
+pub struct RoleView {
+    /// The folded state.
+    pub state: Arc<RoleState>,
+    /// The role's partition.
+    pub partition: i32,
+    /// The view's read position: every record below it is included.
+    pub offset: i64,
+    /// How old the view is.
+    pub age: Duration,
+    /// When the partition was last read (epoch ms, service clock).
+    pub refreshed_at_ms: i64,
+    /// The role's status (`None` outside the service, e.g. the CLI).
+    pub status: Option<RoleStatus>,
+    /// Failovers within the status window.
+    pub failovers_in_window: usize,
+    /// The coordinator's view at the last poll.
+    pub coordinator: Option<CoordinatorView>,
+}
+
+#[derive(Debug)]
+struct Part {
+    tracker: PartitionTracker,
+    error: Option<String>,
+    fetched_at_ms: Option<i64>,
+}
+
+type Parts = Arc<Vec<Mutex<Part>>>;
+
+/// The watcher's shared state.
+#[derive(Debug)]
+pub struct Watcher {
+    cluster: Arc<dyn Cluster>,
+    checker: Arc<Checker>,
+    config: WatchConfig,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    role_metrics: RoleMetrics,
+    parts: RwLock<Option<Parts>>,
+    events: broadcast::Sender<RoleEvent>,
+    roles: AtomicI64,
+}
+
+fn lock(part: &Mutex<Part>) -> std::sync::MutexGuard<'_, Part> {
+    part.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Watcher {
+    /// A watcher of `config.topic`; it reads nothing until [`Watcher::run`].
+    pub fn new(
+        cluster: Arc<dyn Cluster>,
+        checker: Arc<Checker>,
+        config: WatchConfig,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Watcher, prometheus::Error> {
+        let role_metrics = RoleMetrics::new(metrics.registry(), config.max_role_series)?;
+        let (events, _) = broadcast::channel(4096);
+        Ok(Watcher {
+            cluster,
+            checker,
+            config,
+            clock,
+            metrics,
+            role_metrics,
+            parts: RwLock::default(),
+            events,
+            roles: AtomicI64::new(0),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &WatchConfig {
+        &self.config
+    }
+
+    fn parts(&self) -> Option<Parts> {
+        self.parts
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The partition count, once the topic was found.
+    pub fn partitions(&self) -> Option<i32> {
+        self.parts().map(|p| p.len() as i32)
+    }
+
+    /// Finds the topic (retrying until it exists), then tails every
+    /// partition and polls the coordinator until the task is dropped. When
+    /// the cluster behind the bootstrap address changes its id, everything
+    /// read is dropped and the new cluster is read from the start.
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            let count = self.layout().await;
+            let cluster = self.cluster.cluster_id();
+            let parts: Parts = Arc::new(
+                (0..count)
+                    .map(|_| {
+                        Mutex::new(Part {
+                            tracker: PartitionTracker::new(self.config.tracker),
+                            error: None,
+                            fetched_at_ms: None,
+                        })
+                    })
+                    .collect(),
+            );
+            self.reset(Some(parts.clone()));
+            tokio::select! {
+                () = self.clone().tail(parts.clone()) => {}
+                () = self.clone().poll_coordinator(parts) => {}
+                () = self.cluster_changed(cluster) => {
+                    tracing::warn!(topic = %self.config.topic, "the cluster changed; reading the coordination topic again from the start");
+                }
+            }
+        }
+    }
+
+    /// Drops every role of the old parts (their series, the role count).
+    fn reset(&self, parts: Option<Parts>) {
+        let old = std::mem::replace(
+            &mut *self
+                .parts
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            parts,
+        );
+        for part in old.iter().flat_map(|p| p.iter()) {
+            for role in lock(part).tracker.roles() {
+                self.role_metrics.remove(role);
+            }
+        }
+        self.roles.store(0, Ordering::Relaxed);
+        self.role_metrics.roles.set(0);
+    }
+
+    async fn cluster_changed(&self, at_start: Option<String>) {
+        loop {
+            tokio::time::sleep(self.config.poll_interval).await;
+            let now = self.cluster.cluster_id();
+            if at_start.is_some() && now.is_some() && now != at_start {
+                return;
+            }
+        }
+    }
+
+    /// The partition count, once the topic is readable and compacted.
+    async fn layout(&self) -> i32 {
+        let mut delay = Duration::from_millis(200);
+        loop {
+            let topic = &self.config.topic;
+            let checked = async {
+                let count = self.cluster.partitions(topic).await?;
+                self.cluster.check_compacted(topic).await?;
+                Ok::<_, ClusterError>(count)
+            };
+            match checked.await {
+                Ok(count) => {
+                    tracing::info!(topic = %topic, partitions = count, "watching the coordination topic");
+                    return count;
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %topic, error = %e, "the coordination topic is not readable yet; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// Applies what the tailer reads, until it stops.
+    async fn tail(self: Arc<Self>, parts: Parts) {
+        let from = vec![0; parts.len()];
+        let mut updates = self
+            .cluster
+            .tail(&self.config.topic, from, self.config.long_poll);
+        let mut effects = Vec::new();
+        while let Some(update) = updates.recv().await {
+            let now = self.clock.now_ms();
+            match update {
+                Tailed::Read {
+                    partition,
+                    records,
+                    next_offset,
+                    last_stable_offset,
+                } => {
+                    let Some(slot) = usize::try_from(partition).ok().and_then(|p| parts.get(p))
+                    else {
+                        continue;
+                    };
+                    let (lag, caught_up_now) = {
+                        let mut part = lock(slot);
+                        for record in &records {
+                            part.tracker.apply(record, now, &mut effects);
+                        }
+                        let before = part.tracker.caught_up();
+                        let lag = part.tracker.advance(next_offset, last_stable_offset);
+                        part.error = None;
+                        part.fetched_at_ms = Some(now);
+                        (lag, !before && part.tracker.caught_up())
+                    };
+                    if caught_up_now {
+                        tracing::info!(partition, offset = next_offset, "caught up");
+                    }
+                    self.role_metrics
+                        .lag
+                        .with_label_values(&[&partition.to_string()])
+                        .set(lag);
+                    self.apply(partition, &mut effects);
+                }
+                Tailed::Failed { partition, error } => {
+                    tracing::warn!(partition, %error, "cannot read a partition of the coordination topic; retrying");
+                    if let Some(slot) = usize::try_from(partition).ok().and_then(|p| parts.get(p)) {
+                        lock(slot).error = Some(error.to_string());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Carries out what a tracker reported.
+    fn apply(&self, partition: i32, effects: &mut Vec<Effect>) {
+        let now = self.clock.now_ms();
+        for effect in effects.drain(..) {
+            match effect {
+                Effect::RoleAdded(_) => {
+                    let n = self.roles.fetch_add(1, Ordering::Relaxed) + 1;
+                    self.role_metrics.roles.set(n);
+                }
+                Effect::RoleRemoved(role) => {
+                    let n = self.roles.fetch_sub(1, Ordering::Relaxed) - 1;
+                    self.role_metrics.roles.set(n);
+                    self.role_metrics.remove(&role);
+                }
+                Effect::Failover(role) => self.role_metrics.failover(&role),
+                Effect::EpochChange(role) => self.role_metrics.epoch_change(&role),
+                Effect::Leaderless(seconds) => {
+                    self.role_metrics.leaderless_seconds.observe(seconds);
+                }
+                Effect::LeasePair(role, pair) => self.checker.observe(&role, pair),
+                Effect::Pair(role, current) => {
+                    self.role_metrics.pair(&role, current);
+                    if let Some(pair) = current {
+                        self.checker.observe(&role, pair);
+                    }
+                }
+                Effect::Facts {
+                    role,
+                    holder,
+                    candidates,
+                    deadline,
+                } => {
+                    self.role_metrics.holder(&role, holder.as_deref());
+                    self.role_metrics.candidates(&role, candidates);
+                    self.role_metrics.lease(&role, deadline, now);
+                }
+                Effect::Malformed { offset, error } => {
+                    self.metrics
+                        .malformed_records
+                        .with_label_values(&[error.part().as_str()])
+                        .inc();
+                    tracing::warn!(topic = %self.config.topic, partition, offset, %error, "skipped a malformed record");
+                }
+                Effect::Event(event) => {
+                    let _ = self.events.send(event);
+                }
+            }
+        }
+    }
+
+    /// Describes every known role on an interval.
+    async fn poll_coordinator(self: Arc<Self>, parts: Parts) {
+        loop {
+            tokio::time::sleep(self.config.poll_interval).await;
+            self.poll_once(&parts).await;
+        }
+    }
+
+    /// One poll of the coordinator for every known role, a batch at a time
+    /// so checks queued meanwhile wait at most one batch.
+    async fn poll_once(&self, parts: &Parts) {
+        let roles: Vec<String> = parts
+            .iter()
+            .flat_map(|p| {
+                lock(p)
+                    .tracker
+                    .roles()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let floor = |role: &str| self.checker.high_water(role);
+        let mut effects = Vec::new();
+        for chunk in roles.chunks(self.config.max_describe_batch.max(1)) {
+            let deadline = Instant::now() + self.config.poll_interval.max(Duration::from_secs(1));
+            let described = self.cluster.describe(chunk, &floor, deadline).await;
+            let now = self.clock.now_ms();
+            for (role, answer) in described {
+                let Ok(partition) = role_partition(&role, parts.len() as i32) else {
+                    continue;
+                };
+                let Some(slot) = parts.get(partition as usize) else {
+                    continue;
+                };
+                match answer {
+                    Ok(described) => {
+                        lock(slot).tracker.observe_coordinator(
+                            &role,
+                            &described,
+                            now,
+                            &mut effects,
+                        );
+                        self.apply(partition, &mut effects);
+                    }
+                    Err(e) => {
+                        tracing::debug!(role, error = %e, "coordinator poll failed for the role");
+                    }
+                }
+            }
+        }
+        self.refresh_statuses();
+    }
+
+    /// Recomputes lease expiry and status of every role.
+    pub fn refresh_statuses(&self) {
+        let Some(parts) = self.parts() else { return };
+        let now = self.clock.now_ms();
+        for part in parts.iter() {
+            for (role, status, deadline) in lock(part).tracker.statuses(now) {
+                self.role_metrics.status(&role, status);
+                self.role_metrics.lease(&role, deadline, now);
+            }
+        }
+    }
+
+    fn view(&self, part: &Part, facts: RoleFacts, partition: i32, now_ms: i64) -> RoleView {
+        let refreshed_at_ms = part.fetched_at_ms.unwrap_or(now_ms);
+        RoleView {
+            state: facts.state,
+            partition,
+            offset: part.tracker.next_offset(),
+            age: Duration::from_millis(u64::try_from(now_ms - refreshed_at_ms).unwrap_or(0)),
+            refreshed_at_ms,
+            status: Some(facts.status),
+            failovers_in_window: facts.failovers_in_window,
+            coordinator: facts.coordinator,
+        }
+    }
+
+    /// One role's view; `None` when the topic holds no record of it. An
+    /// error when the topic is not readable yet.
+    pub fn role(&self, role: &str) -> Result<Option<RoleView>, String> {
+        let parts = self
+            .parts()
+            .ok_or_else(|| "the coordination topic has not been found yet".to_owned())?;
+        let partition = role_partition(role, parts.len() as i32).map_err(|e| e.to_string())?;
+        let Some(slot) = parts.get(partition as usize) else {
+            return Ok(None);
+        };
+        let part = lock(slot);
+        if !part.tracker.caught_up() {
+            return Err(format!(
+                "partition {partition} is still being read: {}",
+                part.error.as_deref().unwrap_or("catching up")
+            ));
+        }
+        let now = self.clock.now_ms();
+        Ok(part
+            .tracker
+            .facts(role, now)
+            .map(|facts| self.view(&part, facts, partition, now)))
+    }
+
+    /// Every role's view, by name.
+    pub fn all(&self) -> Result<Vec<RoleView>, String> {
+        let parts = self
+            .parts()
+            .ok_or_else(|| "the coordination topic has not been found yet".to_owned())?;
+        let now = self.clock.now_ms();
+        let mut views = Vec::new();
+        for (p, slot) in parts.iter().enumerate() {
+            let part = lock(slot);
+            if !part.tracker.caught_up() {
+                return Err(format!(
+                    "partition {p} is still being read: {}",
+                    part.error.as_deref().unwrap_or("catching up")
+                ));
+            }
+            views.extend(
+                part.tracker
+                    .all_facts(now)
+                    .into_iter()
+                    .map(|facts| self.view(&part, facts, p as i32, now)),
+            );
+        }
+        views.sort_by(|a, b| a.state.role().cmp(b.state.role()));
+        Ok(views)
+    }
+
+    /// `None` when every partition has caught up and its last read
+    /// succeeded; otherwise why not.
+    pub fn not_ready(&self) -> Option<String> {
+        let Some(parts) = self.parts() else {
+            return Some("the coordination topic has not been found yet".into());
+        };
+        for (p, slot) in parts.iter().enumerate() {
+            let part = lock(slot);
+            if let Some(e) = &part.error {
+                return Some(format!("partition {p}: {e}"));
+            }
+            if !part.tracker.caught_up() {
+                return Some(format!("partition {p} is catching up"));
+            }
+        }
+        None
+    }
+
+    /// Live changes of every role.
+    pub fn subscribe(&self) -> broadcast::Receiver<RoleEvent> {
+        self.events.subscribe()
+    }
+
+    /// The kept changes of `role` after `offset`, oldest first, and whether
+    /// they are all of them.
+    pub fn history(&self, role: &str, after: i64) -> (Vec<RoleEvent>, bool) {
+        let Some(parts) = self.parts() else {
+            return (Vec::new(), false);
+        };
+        let Ok(partition) = role_partition(role, parts.len() as i32) else {
+            return (Vec::new(), false);
+        };
+        match parts.get(partition as usize) {
+            Some(slot) => lock(slot).tracker.history(role, after),
+            None => (Vec::new(), false),
+        }
+    }
+}
