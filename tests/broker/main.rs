@@ -15,6 +15,7 @@ mod faults;
 mod http_limits;
 mod kafka_transport;
 mod leadership;
+mod prometheus;
 mod security;
 mod service;
 mod soak;
