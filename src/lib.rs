@@ -14,6 +14,8 @@
 //!   state, succession). No I/O, no clock, no randomness.
 
 pub mod cli;
+#[cfg(feature = "client")]
+pub mod client;
 pub mod commands;
 pub mod coordination;
 pub mod demo;
