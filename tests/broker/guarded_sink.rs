@@ -1,6 +1,7 @@
 //! The guarded sink of `examples/guarded_sink.rs` against the real broker
 //! and a real `serve` process: after a failover the deposed member's writes
-//! are refused and the new holder's accepted, with exact counts.
+//! are refused and the new holder's accepted, with exact counts. Also the
+//! contract seen from another language (`python_client`).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -12,6 +13,7 @@ use crate::common::{bootstrap, topic, unique};
 #[path = "../../examples/guarded_sink.rs"]
 #[allow(dead_code)]
 mod example;
+mod python_client;
 
 /// A `serve` process on a free port, killed when dropped (even by a panic).
 pub struct Served {
