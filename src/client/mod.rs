@@ -352,7 +352,7 @@ impl AuthorityClient {
         if let Some(decision) = self.recall(role, token).await {
             return Outcome::Decided(decision);
         }
-        let deadline = Instant::now() + budget;
+        let deadline = deadline_after(budget);
         let mut attempts = 0;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -448,7 +448,7 @@ impl AuthorityClient {
         items: &[(R, FencingToken)],
         budget: Duration,
     ) -> Vec<Outcome> {
-        let deadline = Instant::now() + budget;
+        let deadline = deadline_after(budget);
         let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(items.len());
         let mut pending = Vec::new();
         for (i, (role, token)) in items.iter().enumerate() {
@@ -719,6 +719,13 @@ fn batch_item(
         }
         _ => malformed(format!("an item with status {status:?}")),
     }
+}
+
+/// `budget` from now; a budget past what the clock can hold waits a year.
+fn deadline_after(budget: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(budget)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
 }
 
 /// What the client refuses before asking: the service would answer 400.
