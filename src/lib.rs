@@ -11,8 +11,19 @@
 //! # Layout
 //!
 //! - [`coordination`]: the pure rules (token, record format, partition, role
-//!   state, succession). No I/O, no clock, no randomness.
+//!   state, succession, the verdict of a check). No I/O, no clock, no
+//!   randomness.
+//! - [`transport`]: the seam of the leader-election client, with an
+//!   in-memory cluster for tests; [`leadership`]: the client itself.
+//! - [`cluster`]: the seam of the service (what it asks of a cluster).
+//! - [`kafka`]: all Kafka I/O: the client, `KafkaTransport`, the settings.
+//! - [`service`]: the authority-check service.
+//! - `client` (feature `client`, on by default): an HTTP client of the
+//!   service and a guard layer for sinks.
+//! - [`time`]: clocks and how instants are written.
 
+#[cfg(feature = "client")]
+pub mod client;
 pub mod cluster;
 pub mod coordination;
 pub mod kafka;

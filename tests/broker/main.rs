@@ -12,6 +12,8 @@
 mod cli;
 mod common;
 mod faults;
+#[cfg(feature = "client")]
+mod guarded_sink;
 mod http_limits;
 mod kafka_transport;
 mod leadership;

@@ -1,0 +1,276 @@
+//! What a check can come to: a verdict, a refusal of the input, or no
+//! decision. Only [`Outcome::is_authoritative`] is a yes.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::coordination::FencingToken;
+
+/// The service's verdict on a token (see the README's table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// The token equals the coordinator's current pair (HTTP 200).
+    Authoritative,
+    /// A newer pair holds the role: the writer is deposed (409). Never
+    /// turns back, so the client remembers it.
+    Superseded,
+    /// No member holds the role (409).
+    Vacant,
+    /// The token is ahead of the current pair: not minted here (409).
+    Unknown,
+}
+
+impl Verdict {
+    /// The name used on the wire.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verdict::Authoritative => "authoritative",
+            Verdict::Superseded => "superseded",
+            Verdict::Vacant => "vacant",
+            Verdict::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A verdict with its reason: what the coordinator's current pair was.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// The role asked about.
+    pub role: String,
+    /// The token checked.
+    pub token: FencingToken,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The coordinator's current pair; `None` when the role is vacant.
+    pub current: Option<FencingToken>,
+    /// The coordinator's transaction state; `None` when the role is vacant.
+    pub state: Option<String>,
+    /// When the service asked the coordinator (RFC 3339, the service clock).
+    pub checked_at: String,
+    /// The service answered a `superseded` from its own cache.
+    pub cached: bool,
+    /// This client answered a `superseded` from its local memory, without
+    /// a request.
+    pub remembered: bool,
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "token {} of role {:?} is {}",
+            self.token, self.role, self.verdict
+        )?;
+        match (self.verdict, self.current) {
+            (Verdict::Authoritative, _) => Ok(()),
+            (_, Some(current)) => write!(f, " (current pair {current})"),
+            (_, None) => f.write_str(" (no current pair)"),
+        }
+    }
+}
+
+/// An RFC 9457 problem the service answered (400 for bad input).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problem {
+    /// A URN naming the problem type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A short summary of the type.
+    pub title: String,
+    /// The HTTP status.
+    pub status: u16,
+    /// What went wrong.
+    pub detail: String,
+    /// The input at fault (`role`, `token`, `body`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl Problem {
+    /// A 400 found before asking: the service would refuse it the same way.
+    pub(crate) fn invalid(field: &str, detail: impl Into<String>) -> Problem {
+        Problem {
+            kind: format!("urn:krabka-authority:problem:invalid-{field}"),
+            title: format!("Invalid {field}"),
+            status: 400,
+            detail: detail.into(),
+            field: Some(field.to_owned()),
+        }
+    }
+}
+
+/// Why no verdict was reached. Never a yes: a caller that cannot decide
+/// must refuse (or retry), not proceed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Undecided {
+    /// The service answered 503 (it could not ask the coordinator in time)
+    /// until the deadline left no room for another try.
+    #[error("the service could not decide ({attempts} attempts): {detail}")]
+    Unavailable {
+        /// The service's reason, from the last 503.
+        detail: String,
+        /// The last `Retry-After` the service sent.
+        retry_after: Option<Duration>,
+        /// How many requests were made.
+        attempts: u32,
+    },
+    /// The service could not be reached (connect, reset, protocol error).
+    #[error("could not reach the service: {0}")]
+    Transport(String),
+    /// No answer within the deadline or the request timeout.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// An HTTP status the contract does not give for a check (401, 404,
+    /// 413, 5xx other than 503, ...).
+    #[error("unexpected HTTP status {status}: {detail}")]
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// The problem's detail, or the start of the body.
+        detail: String,
+    },
+    /// The body does not parse, or does not answer the question asked.
+    #[error("the answer does not parse: {0}")]
+    Malformed(String),
+}
+
+impl Undecided {
+    /// How long the service asked to wait, when it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Undecided::Unavailable { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// The outcome of one check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The service reached a verdict (or this client remembered one).
+    Decided(Decision),
+    /// The input was refused (HTTP 400): a malformed role or token.
+    Invalid(Problem),
+    /// No verdict; see the reason.
+    Undecided(Undecided),
+}
+
+impl Outcome {
+    /// True only for an `authoritative` verdict obtained from the service
+    /// for this check: the one answer that lets a write through.
+    pub fn is_authoritative(&self) -> bool {
+        matches!(self, Outcome::Decided(d) if d.verdict == Verdict::Authoritative)
+    }
+
+    /// The verdict, when one was reached.
+    pub fn verdict(&self) -> Option<Verdict> {
+        match self {
+            Outcome::Decided(d) => Some(d.verdict),
+            _ => None,
+        }
+    }
+
+    /// The decision, when one was reached.
+    pub fn decision(&self) -> Option<&Decision> {
+        match self {
+            Outcome::Decided(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Decided(d) => d.fmt(f),
+            Outcome::Invalid(p) => write!(
+                f,
+                "invalid {}: {}",
+                p.field.as_deref().unwrap_or("input"),
+                p.detail
+            ),
+            Outcome::Undecided(u) => write!(f, "undecided: {u}"),
+        }
+    }
+}
+
+/// A verdict body as the service writes it (`CheckAnswer`, `BatchVerdict`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct WireVerdict {
+    pub(crate) role: String,
+    pub(crate) token: String,
+    pub(crate) verdict: Verdict,
+    pub(crate) current: Option<String>,
+    pub(crate) state: Option<String>,
+    pub(crate) checked_at: String,
+    #[serde(default)]
+    pub(crate) cached: bool,
+}
+
+impl WireVerdict {
+    /// Turns the body into a decision on `(role, token)`, refusing one that
+    /// answers another question or breaks the verdict's own rules: such a
+    /// body proves nothing, least of all a yes.
+    pub(crate) fn into_decision(
+        self,
+        role: &str,
+        token: FencingToken,
+        status: u16,
+    ) -> Result<Decision, Undecided> {
+        let bad = |why: String| Err(Undecided::Malformed(why));
+        if self.role != role {
+            return bad(format!("answers role {:?}, not {role:?}", self.role));
+        }
+        match self.token.parse::<FencingToken>() {
+            Ok(t) if t == token => {}
+            _ => return bad(format!("answers token {:?}, not {token}", self.token)),
+        }
+        let current = match self.current.as_deref().map(str::parse::<FencingToken>) {
+            None => None,
+            Some(Ok(c)) if c.minted() => Some(c),
+            Some(_) => return bad(format!("current pair {:?} is not a token", self.current)),
+        };
+        let expected_status = if self.verdict == Verdict::Authoritative {
+            200
+        } else {
+            409
+        };
+        if status != expected_status {
+            return bad(format!("verdict {} came with HTTP {status}", self.verdict));
+        }
+        let consistent = match (self.verdict, current) {
+            (Verdict::Authoritative, Some(c)) => c == token && !self.cached,
+            (Verdict::Superseded, Some(c)) => c.supersedes(&token),
+            (Verdict::Unknown, Some(c)) => token.supersedes(&c) && !self.cached,
+            (Verdict::Vacant, None) => !self.cached,
+            _ => false,
+        };
+        if !consistent {
+            return bad(format!(
+                "verdict {} contradicts current pair {:?} (cached: {})",
+                self.verdict, self.current, self.cached
+            ));
+        }
+        Ok(Decision {
+            role: self.role,
+            token,
+            verdict: self.verdict,
+            current,
+            state: self.state,
+            checked_at: self.checked_at,
+            cached: self.cached,
+            remembered: false,
+        })
+    }
+}
