@@ -113,6 +113,17 @@ pub struct KafkaSettings {
     pub kafka_sasl_password: Option<Secret>,
 }
 
+/// A file a flag names must be there and hold something; the message names
+/// the flag.
+fn readable(flag: &str, path: &std::path::Path) -> Result<(), String> {
+    match std::fs::metadata(path) {
+        Err(e) => Err(format!("{flag} {}: {e}", path.display())),
+        Ok(m) if !m.is_file() => Err(format!("{flag} {}: not a file", path.display())),
+        Ok(m) if m.len() == 0 => Err(format!("{flag} {}: the file is empty", path.display())),
+        Ok(_) => Ok(()),
+    }
+}
+
 impl KafkaSettings {
     /// The client configuration these flags describe.
     pub fn client_config(&self) -> Result<ClientConfig, String> {
@@ -167,6 +178,15 @@ impl KafkaSettings {
             || self.kafka_sasl_password.is_some();
         if sasl_flags && !sasl {
             return Err("SASL credentials are set but --kafka-security-protocol is not sasl_plaintext or sasl_ssl".into());
+        }
+        for (flag, path) in [
+            ("--kafka-tls-ca-file", &self.kafka_tls_ca_file),
+            ("--kafka-tls-cert-file", &self.kafka_tls_cert_file),
+            ("--kafka-tls-key-file", &self.kafka_tls_key_file),
+        ] {
+            if let Some(path) = path {
+                readable(flag, path)?;
+            }
         }
         let tls = tls.then(|| TlsConfig {
             ca_file: self.kafka_tls_ca_file.clone(),
@@ -255,6 +275,29 @@ mod tests {
         let mut plain = args(&["b:1"]);
         plain.kafka_sasl_username = Some("svc".into());
         assert!(plain.client_config().unwrap_err().contains("not sasl"));
+    }
+
+    #[test]
+    fn a_missing_or_empty_tls_file_is_refused_naming_its_flag() {
+        let dir = std::env::temp_dir().join(format!("krabka-tls-flags-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let empty = dir.join("empty.pem");
+        std::fs::write(&empty, "").unwrap();
+        let mut a = args(&["b:1"]);
+        a.kafka_security_protocol = Protocol::Ssl;
+        a.kafka_tls_ca_file = Some(dir.join("missing.pem"));
+        assert!(
+            a.client_config()
+                .unwrap_err()
+                .starts_with("--kafka-tls-ca-file")
+        );
+        a.kafka_tls_ca_file = Some(empty);
+        let err = a.client_config().unwrap_err();
+        assert!(
+            err.starts_with("--kafka-tls-ca-file") && err.contains("empty"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -118,6 +118,18 @@ async fn method_not_allowed(State(state): State<Arc<AppState>>, request: Request
     problem.into_response()
 }
 
+/// RFC 9112 §3.2: an HTTP/1.1 request without exactly one `Host` header
+/// is refused with 400.
+async fn require_host(request: Request, next: axum::middleware::Next) -> Response {
+    if request.version() == axum::http::Version::HTTP_11
+        && request.headers().get_all(header::HOST).iter().count() != 1
+    {
+        return Problem::invalid("Host", "an HTTP/1.1 request needs exactly one Host header")
+            .into_response();
+    }
+    next.run(request).await
+}
+
 /// A 401 says nothing of the path: no `Allow` header, which axum adds to
 /// the answers of a known path asked with another method.
 async fn hide_allowed(mut response: Response) -> Response {
@@ -167,9 +179,17 @@ pub fn router(state: Arc<AppState>) -> Router {
         }
         app = app.merge(group);
     }
-    app.fallback(not_found)
+    let routes = app
+        .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state.clone());
+    // The layers around everything sit on an outer router whose only
+    // service is the routes: `Router::layer` would wrap each handler inside
+    // its method router, where axum adds `Allow` after the layer has run.
+    Router::new()
+        .fallback_service(routes)
         .layer(axum::middleware::map_response(hide_allowed))
+        .layer(axum::middleware::from_fn(require_host))
         .layer(DefaultBodyLimit::max(http.max_body_bytes))
         .layer(
             ServiceBuilder::new()
@@ -195,5 +215,7 @@ pub fn router(state: Arc<AppState>) -> Router {
                 ))
                 .layer(CatchPanicLayer::custom(panicked)),
         )
-        .with_state(state)
 }
+
+#[cfg(test)]
+mod tests;

@@ -18,8 +18,14 @@ pub async fn healthz() -> Response {
     Json(json!({ "status": "ok" })).into_response()
 }
 
-/// `GET /readyz`: Kafka reachable, topic present, views caught up.
-pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+/// `GET /readyz`: Kafka reachable, topic present, views caught up. With API
+/// tokens configured, a caller without one learns only that the service is
+/// not ready, not why (the reason names brokers and partitions).
+pub async fn readyz(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+) -> Response {
+    let tell = !super::auth::refused(&state, &request);
     let shutting_down = state
         .shutting_down
         .load(std::sync::atomic::Ordering::Relaxed)
@@ -29,11 +35,18 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         .or_else(|| state.watcher.not_ready())
     {
         None => Json(json!({ "status": "ready" })).into_response(),
-        Some(reason) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": "not ready", "reason": reason })),
-        )
-            .into_response(),
+        Some(reason) => {
+            let reason = if tell {
+                reason
+            } else {
+                "see the service's logs or ask with a token".to_owned()
+            };
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({ "status": "not ready", "reason": reason })),
+            )
+                .into_response()
+        }
     }
 }
 

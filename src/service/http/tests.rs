@@ -1,0 +1,540 @@
+//! The router and its handlers over the in-memory cluster, without a broker
+//! or a socket (`tower::ServiceExt::oneshot`, as axum's testing example).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, StatusCode, header};
+use proptest::prelude::*;
+use serde_json::Value;
+use tower::ServiceExt;
+
+use super::router;
+use crate::coordination::{FencingToken, Lease};
+use crate::service::metrics::Metrics;
+use crate::service::{AppState, ServiceConfig};
+use crate::time::ManualClock;
+use crate::transport::memory::MemoryCluster;
+use crate::transport::{Coordinator, LeaseWriter, Registrar};
+
+const LEASE: Duration = Duration::from_secs(30);
+const TOKEN: &str = "test-api-token";
+
+fn config() -> ServiceConfig {
+    let mut config = ServiceConfig::new("memory:1");
+    config.http.request_timeout = Duration::from_millis(300);
+    config.watch.roster_ttl = Duration::from_millis(20);
+    config.watch.poll_interval = Duration::from_millis(100);
+    config
+}
+
+struct Rig {
+    cluster: MemoryCluster,
+    state: Arc<AppState>,
+    app: Router,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if let Some(path) = &self.state.config.auth.api_tokens_file {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+fn rig_with(config: ServiceConfig) -> Rig {
+    let cluster = MemoryCluster::new(4);
+    let state = AppState::with_cluster(
+        config,
+        Arc::new(cluster.clone()),
+        Arc::new(Metrics::new().unwrap()),
+        Arc::new(ManualClock::new(1_700_000_000_000)),
+    )
+    .unwrap();
+    tokio::spawn(state.watcher.clone().run());
+    let app = router(state.clone());
+    Rig {
+        cluster,
+        state,
+        app,
+    }
+}
+
+fn rig() -> Rig {
+    rig_with(config())
+}
+
+fn with_tokens(mut config: ServiceConfig) -> ServiceConfig {
+    let file = std::env::temp_dir().join(format!(
+        "krabka-http-tokens-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
+    config.auth.api_tokens_file = Some(file);
+    config
+}
+
+fn get(uri: &str) -> Request<Body> {
+    Request::get(uri)
+        .header(header::HOST, "test")
+        .body(Body::empty())
+        .unwrap()
+}
+
+fn post_json(uri: &str, body: &str) -> Request<Body> {
+    Request::post(uri)
+        .header(header::HOST, "test")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+}
+
+async fn call(app: &Router, request: Request<Body>) -> (StatusCode, HeaderMap, Value) {
+    let response = app.clone().oneshot(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    let json = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (parts.status, parts.headers, json)
+}
+
+fn lease(member: &str, token: FencingToken) -> Lease {
+    Lease {
+        member: member.into(),
+        token,
+        granted_at: 1_700_000_000_000,
+        deadline: 1_700_000_030_000,
+    }
+}
+
+#[tokio::test]
+async fn a_check_answers_every_verdict_and_503_with_retry_after_when_the_cluster_is_down() {
+    let rig = rig();
+    let (status, headers, body) = call(&rig.app, get("/roles/r/authority?token=1:1")).await;
+    assert_eq!(
+        (status, body["verdict"].as_str()),
+        (StatusCode::CONFLICT, Some("vacant"))
+    );
+    assert_eq!(headers[header::CACHE_CONTROL], "no-store");
+
+    let t1 = rig
+        .cluster
+        .transport()
+        .acquire_epoch("r", LEASE)
+        .await
+        .unwrap();
+    let uri = format!("/roles/r/authority?token={t1}");
+    let (status, _, body) = call(&rig.app, get(&uri)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["verdict"], "authoritative");
+    assert_eq!(body["current"], t1.to_string());
+    assert_eq!(body["state"], "Empty");
+    assert_eq!(body["cached"], false);
+
+    let t2 = rig
+        .cluster
+        .transport()
+        .acquire_epoch("r", LEASE)
+        .await
+        .unwrap();
+    let (status, _, body) = call(&rig.app, get(&uri)).await;
+    assert_eq!(
+        (status, body["verdict"].as_str()),
+        (StatusCode::CONFLICT, Some("superseded"))
+    );
+    assert_eq!(body["current"], t2.to_string());
+
+    rig.cluster.set_unavailable(Some("the coordinator is down"));
+    let (status, headers, body) =
+        call(&rig.app, get(&format!("/roles/r/authority?token={t2}"))).await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "never a guess: {body}"
+    );
+    assert_eq!(headers[header::RETRY_AFTER], "1");
+    assert_eq!(headers[header::CONTENT_TYPE], "application/problem+json");
+    let (_, _, body) = call(&rig.app, get(&uri)).await;
+    assert_eq!(
+        body["cached"], true,
+        "a superseded token is answered from the cache"
+    );
+}
+
+#[tokio::test]
+async fn a_coordinator_answering_from_stale_memory_never_gets_a_200() {
+    let rig = rig();
+    let t1 = rig
+        .cluster
+        .transport()
+        .acquire_epoch("r", LEASE)
+        .await
+        .unwrap();
+    let uri = format!("/roles/r/authority?token={t1}");
+    assert_eq!(call(&rig.app, get(&uri)).await.0, StatusCode::OK);
+    let t2 = rig
+        .cluster
+        .transport()
+        .acquire_epoch("r", LEASE)
+        .await
+        .unwrap();
+    // The service learns of t2 (here from a check of it), then the old
+    // coordinator comes back answering t1.
+    let (status, _, _) = call(&rig.app, get(&format!("/roles/r/authority?token={t2}"))).await;
+    assert_eq!(status, StatusCode::OK);
+    rig.cluster.answer_stale("r", Some(t1));
+    for _ in 0..3 {
+        let (status, _, body) = call(&rig.app, get(&uri)).await;
+        assert_ne!(status, StatusCode::OK, "{body}");
+    }
+    let batch = format!(r#"[{{"role":"r","token":"{t1}"}}]"#);
+    let (_, _, body) = call(&rig.app, post_json("/authority/check", &batch)).await;
+    assert_ne!(body["results"][0]["status"], 200, "{body}");
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_problem_naming_the_field() {
+    let rig = rig();
+    for (uri, field) in [
+        ("/roles/r/authority?token=1:-1", "token"),
+        ("/roles/r/authority?token=abc", "token"),
+        ("/roles/r/authority", "token"),
+        ("/roles/r/authority?token=99999999999999999999:1", "token"),
+    ] {
+        let (status, headers, body) = call(&rig.app, get(uri)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {body}");
+        assert_eq!(body["field"], field, "{uri}");
+        assert_eq!(headers[header::CONTENT_TYPE], "application/problem+json");
+    }
+    let long = "x".repeat(40_000);
+    let (status, _, body) =
+        call(&rig.app, get(&format!("/roles/{long}/authority?token=1:1"))).await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("role"))
+    );
+}
+
+#[tokio::test]
+async fn a_batch_check_reads_json_only_and_answers_each_item() {
+    let rig = rig();
+    let t = rig
+        .cluster
+        .transport()
+        .acquire_epoch("a", LEASE)
+        .await
+        .unwrap();
+    let body = format!(
+        r#"[{{"role":"a","token":"{t}"}},{{"role":"b","token":"1:1"}},{{"role":"a","token":"x"}},{{"token":"1:1"}}]"#
+    );
+    let (status, _, answer) = call(&rig.app, post_json("/authority/check", &body)).await;
+    assert_eq!(status, StatusCode::OK);
+    let got: Vec<(i64, Option<&str>)> = answer["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["status"].as_i64().unwrap(), r["verdict"].as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (200, Some("authoritative")),
+            (409, Some("vacant")),
+            (400, None),
+            (400, None)
+        ]
+    );
+    assert_eq!(answer["results"][2]["problem"]["field"], "token");
+    assert_eq!(answer["results"][3]["problem"]["field"], "role");
+
+    let text = Request::post("/authority/check")
+        .header(header::HOST, "test")
+        .header(header::CONTENT_TYPE, "text/plain")
+        .body(Body::from(body.clone()))
+        .unwrap();
+    assert_eq!(
+        call(&rig.app, text).await.0,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE
+    );
+    let untyped = Request::post("/authority/check")
+        .header(header::HOST, "test")
+        .body(Body::from(body.clone()))
+        .unwrap();
+    assert_eq!(
+        call(&rig.app, untyped).await.0,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE
+    );
+    let (status, _, problem) = call(&rig.app, post_json("/authority/check", "{not json")).await;
+    assert_eq!(
+        (status, problem["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("body"))
+    );
+    let (status, _, _) = call(&rig.app, post_json("/authority/check", r#"[{"role":5}]"#)).await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "a number where a string belongs"
+    );
+
+    // A declared length over the limit is refused before the body is read.
+    let declared = Request::post("/authority/check")
+        .header(header::HOST, "test")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_LENGTH, "99999999")
+        .body(Body::from_stream(futures::stream::pending::<
+            Result<bytes::Bytes, std::io::Error>,
+        >()))
+        .unwrap();
+    assert_eq!(
+        call(&rig.app, declared).await.0,
+        StatusCode::PAYLOAD_TOO_LARGE
+    );
+    let big = format!(
+        "[{}]",
+        vec![r#"{"role":"r","token":"1:1"}"#; 60_000].join(",")
+    );
+    assert_eq!(
+        call(&rig.app, post_json("/authority/check", &big)).await.0,
+        StatusCode::PAYLOAD_TOO_LARGE
+    );
+}
+
+#[tokio::test]
+async fn a_body_that_arrives_too_slowly_is_408() {
+    let rig = rig();
+    let slow = Request::post("/authority/check")
+        .header(header::HOST, "test")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(futures::stream::pending::<
+            Result<bytes::Bytes, std::io::Error>,
+        >()))
+        .unwrap();
+    let (status, _, body) = call(&rig.app, slow).await;
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT, "{body}");
+}
+
+#[tokio::test]
+async fn with_api_tokens_a_stranger_learns_nothing() {
+    let rig = rig_with(with_tokens(config()));
+    let stranger = [
+        ("GET", "/roles/r/authority?token=1:1"),
+        ("GET", "/roles"),
+        ("GET", "/roles/r"),
+        ("GET", "/"),
+        ("GET", "/metrics"),
+        ("GET", "/nowhere"),
+        ("POST", "/roles/r/authority"),
+        ("GET", "/authority/check"),
+        ("DELETE", "/metrics"),
+    ];
+    for (method, uri) in stranger {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::HOST, "test")
+            .body(Body::empty())
+            .unwrap();
+        let (status, headers, body) = call(&rig.app, request).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {uri}: {body}");
+        assert!(
+            headers.get(header::ALLOW).is_none(),
+            "{method} {uri} tells its methods"
+        );
+        assert!(headers.contains_key(header::WWW_AUTHENTICATE));
+    }
+    // Open to all: liveness, readiness (without its reason) and the contract.
+    assert_eq!(call(&rig.app, get("/healthz")).await.0, StatusCode::OK);
+    assert_eq!(call(&rig.app, get("/openapi.yaml")).await.0, StatusCode::OK);
+    let (status, _, body) = call(&rig.app, get("/readyz")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "starting");
+    assert!(
+        !body["reason"].as_str().unwrap().contains("starting"),
+        "{body}"
+    );
+    // With the token, everything answers.
+    let with_token = |uri: &str| {
+        Request::get(uri)
+            .header(header::HOST, "test")
+            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+            .body(Body::empty())
+            .unwrap()
+    };
+    assert_eq!(
+        call(&rig.app, with_token("/metrics")).await.0,
+        StatusCode::OK
+    );
+    let (_, _, body) = call(&rig.app, with_token("/readyz")).await;
+    assert_eq!(
+        body["reason"], "starting",
+        "a caller with a token is told why"
+    );
+    let (status, _, body) = call(&rig.app, with_token("/roles/r/authority?token=1:1")).await;
+    assert_eq!(
+        (status, body["verdict"].as_str()),
+        (StatusCode::CONFLICT, Some("vacant"))
+    );
+
+    let mut open_metrics = with_tokens(config());
+    open_metrics.auth.public_metrics = true;
+    let rig = rig_with(open_metrics);
+    assert_eq!(call(&rig.app, get("/metrics")).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn every_answer_says_nosniff_and_the_page_cannot_be_framed() {
+    let rig = rig();
+    for uri in ["/healthz", "/nowhere", "/roles/r/authority?token=x", "/"] {
+        let (_, headers, _) = call(&rig.app, get(uri)).await;
+        assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{uri}");
+        assert!(headers.contains_key("x-request-id"), "{uri}");
+    }
+    let (_, headers, _) = call(&rig.app, get("/")).await;
+    let csp = headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+}
+
+#[tokio::test]
+async fn an_http11_request_needs_exactly_one_host() {
+    let rig = rig();
+    let none = Request::get("/healthz").body(Body::empty()).unwrap();
+    let (status, _, body) = call(&rig.app, none).await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("Host"))
+    );
+    let two = Request::get("/healthz")
+        .header(header::HOST, "a")
+        .header(header::HOST, "b")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(call(&rig.app, two).await.0, StatusCode::BAD_REQUEST);
+    let http10 = Request::get("/healthz")
+        .version(axum::http::Version::HTTP_10)
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(
+        call(&rig.app, http10).await.0,
+        StatusCode::OK,
+        "HTTP/1.0 needs none"
+    );
+}
+
+#[tokio::test]
+async fn roster_views_follow_the_topic() {
+    let rig = rig();
+    let member = rig.cluster.transport();
+    member.register("orders", "node-1", 1).await.unwrap();
+    let token = member.acquire_epoch("orders", LEASE).await.unwrap();
+    member
+        .write_lease("orders", token, &lease("node-1", token))
+        .await
+        .unwrap();
+    let view = loop {
+        let (status, _, body) = call(&rig.app, get("/roles/orders")).await;
+        if status == StatusCode::OK && !body["lease"].is_null() {
+            break body;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(view["lease"]["member"], "node-1");
+    assert_eq!(view["lease"]["token"], token.to_string());
+    assert_eq!(view["members"][0]["member"], "node-1");
+    let (status, _, _) = call(&rig.app, get("/roles/nobody")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, body) = call(&rig.app, get("/roles")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["roles"][0]["holder"], "node-1");
+    // The watcher's lease record raised the check path's high-water mark.
+    assert_eq!(rig.state.checker.high_water("orders"), Some(token));
+}
+
+fn method() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(vec![
+        "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH",
+    ])
+}
+
+fn path() -> impl Strategy<Value = String> {
+    let segment = prop_oneof![
+        Just("roles".to_owned()),
+        Just("authority".to_owned()),
+        Just("check".to_owned()),
+        Just("events".to_owned()),
+        Just("metrics".to_owned()),
+        "[a-zA-Z0-9%._~-]{0,40}",
+        "%[0-9A-F]{2}",
+    ];
+    (
+        prop::collection::vec(segment, 0..5),
+        "(\\?[a-z=:0-9&%-]{0,30})?",
+    )
+        .prop_map(|(segments, query)| format!("/{}{query}", segments.join("/")))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Whatever arrives: no panic, and no 5xx but a 503.
+    #[test]
+    fn no_request_makes_the_service_fail(
+        requests in prop::collection::vec(
+            (method(), path(), prop::option::of("[ -~]{0,40}"), prop::collection::vec(any::<u8>(), 0..200)),
+            1..20,
+        )
+    ) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let rig = rig();
+            for (method, path, content_type, body) in requests {
+                let mut request = Request::builder().method(method).uri(&path).header(header::HOST, "fuzz");
+                if let Some(ct) = content_type {
+                    request = request.header(header::CONTENT_TYPE, ct);
+                }
+                let Ok(request) = request.body(Body::from(body)) else { continue };
+                // Event streams never end: look at the status only.
+                let status = rig.app.clone().oneshot(request).await.unwrap().status();
+                prop_assert!(
+                    !status.is_server_error() || status == StatusCode::SERVICE_UNAVAILABLE,
+                    "{method} {path}: {status}"
+                );
+            }
+            Ok(())
+        })?;
+    }
+}
+
+#[tokio::test]
+async fn memory_stays_bounded_whatever_role_names_are_asked_about() {
+    let mut config = config();
+    config.check.superseded_cache_capacity = 1_000;
+    config.check.high_water_bytes = 200_000;
+    let rig = rig_with(config);
+    let minter = rig.cluster.transport();
+    for i in 0..300 {
+        let role = format!("{i:0>20000}");
+        let old = minter.acquire_epoch(&role, LEASE).await.unwrap();
+        minter.acquire_epoch(&role, LEASE).await.unwrap();
+        let (status, _, _) = call(
+            &rig.app,
+            get(&format!("/roles/{role}/authority?token={old}")),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CONFLICT);
+    }
+    let (superseded, marks) = rig.state.checker.caches().sizes();
+    assert!(
+        superseded <= 1_000 / 20,
+        "{superseded} superseded entries of 20 KB names"
+    );
+    assert!(
+        marks <= 200_000 / 20_000,
+        "{marks} high-water marks of 20 KB names"
+    );
+}
