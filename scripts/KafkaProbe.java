@@ -126,7 +126,7 @@ public final class KafkaProbe {
                     features = probe.awaitFeatures();
                 }
             } catch (Timeout e) {
-                System.err.println("KafkaProbe: not ready after " + timeoutMs + " ms: " + e.getMessage());
+                System.err.println("KafkaProbe: timed out after " + timeoutMs + " ms " + e.getMessage());
                 return 1;
             }
             out.println("{\"nodes\":" + seen + ",\"features\":" + json(features)
