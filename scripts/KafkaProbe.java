@@ -82,7 +82,7 @@ public final class KafkaProbe {
 
     static int run(String[] args, PrintStream out) throws Exception {
         if (args.length == 0) {
-            throw new IllegalArgumentException("usage: KafkaProbe ready|features --bootstrap H:P[,...] [options]");
+            throw new IllegalArgumentException("usage: KafkaProbe ready|features --bootstrap H:P[,...] [options] | storage-tool -- ARGS...");
         }
         String mode = args[0];
         if (mode.equals("storage-tool")) return storageTool(args, out);
@@ -107,7 +107,7 @@ public final class KafkaProbe {
         }
         if (bootstrap == null) throw new IllegalArgumentException("--bootstrap is required");
         if (!mode.equals("ready") && !mode.equals("features")) {
-            throw new IllegalArgumentException("unknown mode " + mode + " (ready or features)");
+            throw new IllegalArgumentException("unknown mode " + mode + " (ready, features or storage-tool)");
         }
 
         long started = System.currentTimeMillis();
