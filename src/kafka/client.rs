@@ -101,6 +101,10 @@ pub trait RequestObserver: Send + Sync + std::fmt::Debug {
     /// One DescribeTransactions went out with `ids` transactional ids.
     fn describe_batch(&self, _ids: usize) {}
 
+    /// One coordinator lookup (a FindCoordinator, maybe hedged) went out
+    /// with `keys` transactional ids; confirmations are not lookups.
+    fn coordinator_lookup(&self, _keys: usize) {}
+
     /// A coordinator's answer was not trusted and the id was asked again.
     fn stale_answer(&self, _reason: StaleReason) {}
 

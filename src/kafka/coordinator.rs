@@ -248,6 +248,13 @@ impl KafkaClient {
         found
     }
 
+    /// The transaction coordinator of `id`, retried within the operation
+    /// timeout.
+    pub async fn transaction_coordinator(&self, id: &str) -> Result<Broker, KafkaError> {
+        self.retrying("find coordinator", || self.coordinator(id))
+            .await
+    }
+
     /// The transaction coordinator of one id, one attempt.
     pub(crate) async fn coordinator(&self, key: &str) -> Result<Broker, KafkaError> {
         let keys = [key.to_owned()];
@@ -284,6 +291,9 @@ impl KafkaClient {
                 }
                 keys
             };
+            if let Some(observer) = self.observer() {
+                observer.coordinator_lookup(keys.len());
+            }
             let result = self.send_any(&request(&keys), &[]).await;
             let mut answered: HashMap<String, Result<Broker, KafkaError>> = match result {
                 Ok((response, _)) => answers(response).into_iter().collect(),

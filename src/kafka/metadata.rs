@@ -315,6 +315,14 @@ impl KafkaClient {
         view.stale = true;
     }
 
+    /// The node id of the leader of one partition, from fresh metadata.
+    pub async fn partition_leader(&self, topic: &str, partition: i32) -> Result<i32, KafkaError> {
+        self.retrying("partition leader", || async move {
+            Ok(self.leader(topic, partition).await?.broker.id)
+        })
+        .await
+    }
+
     /// The leader of one partition and its epoch, from fresh metadata.
     pub(crate) async fn leader(&self, topic: &str, partition: i32) -> Result<Leader, KafkaError> {
         let meta = self.topic_metadata(topic).await?;

@@ -37,6 +37,8 @@ pub struct Metrics {
     pub stale_answers: IntCounterVec,
     /// Changes of the cluster id behind the bootstrap servers.
     pub cluster_changes: IntCounter,
+    /// Coordinator lookups (FindCoordinator, not confirmations).
+    pub coordinator_lookups: IntCounter,
     /// Records of the topic that did not decode, by part.
     pub malformed_records: IntCounterVec,
     /// Constant 1, labelled with the version.
@@ -119,6 +121,10 @@ impl Metrics {
             "krabka_cluster_changes_total",
             "Times the cluster id behind the bootstrap servers changed; caches were cleared.",
         )?;
+        let coordinator_lookups = IntCounter::new(
+            "krabka_coordinator_lookups_total",
+            "Coordinator lookups sent (one batched FindCoordinator each; the confirmations of describes are not counted).",
+        )?;
         let malformed_records = IntCounterVec::new(
             Opts::new(
                 "krabka_state_malformed_records_total",
@@ -142,6 +148,7 @@ impl Metrics {
             Box::new(coordinator_cache_bytes.clone()),
             Box::new(stale_answers.clone()),
             Box::new(cluster_changes.clone()),
+            Box::new(coordinator_lookups.clone()),
             Box::new(malformed_records.clone()),
             Box::new(build_info.clone()),
         ] {
@@ -176,6 +183,7 @@ impl Metrics {
             coordinator_cache_bytes,
             stale_answers,
             cluster_changes,
+            coordinator_lookups,
             malformed_records,
             build_info,
         })
@@ -221,6 +229,10 @@ impl RequestObserver for Metrics {
         self.stale_answers
             .with_label_values(&[reason.as_str()])
             .inc();
+    }
+
+    fn coordinator_lookup(&self, _keys: usize) {
+        self.coordinator_lookups.inc();
     }
 
     fn cluster_changed(&self) {

@@ -59,7 +59,7 @@ pub fn unique(prefix: &str) -> String {
 
 /// Client settings with short timeouts for tests.
 pub fn config_for(bootstrap: &str) -> ClientConfig {
-    let mut config = ClientConfig::new([bootstrap]);
+    let mut config = ClientConfig::new(bootstrap.split(','));
     config.client_id = "krabka-test".into();
     config.request_timeout = Duration::from_secs(5);
     config.operation_timeout = Duration::from_secs(20);
@@ -147,8 +147,9 @@ impl OwnBroker {
 
 impl Drop for OwnBroker {
     fn drop(&mut self) {
+        // Nothing left behind under the state root.
         let _ = Command::new(repo().join("scripts/kafka"))
-            .args(["stop", "--name", &self.name])
+            .args(["stop", "--purge", "--name", &self.name])
             .output();
     }
 }

@@ -10,6 +10,7 @@
 )]
 
 mod cli;
+mod cluster;
 mod common;
 mod faults;
 #[cfg(feature = "client")]
