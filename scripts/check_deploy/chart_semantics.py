@@ -27,7 +27,7 @@ env_documented = set(re.findall(r"^\|[^|]*\|\s*`(KRABKA_[A-Z_]+)`", configuratio
 SECURITY_ENV = {"KRABKA_KAFKA_SECURITY_PROTOCOL", "KRABKA_KAFKA_TLS_CA_FILE", "KRABKA_KAFKA_TLS_CERT_FILE",
                 "KRABKA_KAFKA_TLS_KEY_FILE", "KRABKA_KAFKA_TLS_VERIFY_HOSTNAME", "KRABKA_KAFKA_SASL_MECHANISM",
                 "KRABKA_KAFKA_SASL_USERNAME", "KRABKA_KAFKA_SASL_PASSWORD_FILE", "KRABKA_API_TOKENS_FILE",
-                "KRABKA_PROTECT_METRICS"}
+                "KRABKA_PUBLIC_METRICS"}
 if len(env_documented) < 10:
     err(readme, "cannot find the Configuration table's KRABKA_* variables")
 

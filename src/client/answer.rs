@@ -7,39 +7,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::coordination::FencingToken;
-
-/// The service's verdict on a token (see the README's table).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    /// The token equals the coordinator's current pair (HTTP 200).
-    Authoritative,
-    /// A newer pair holds the role: the writer is deposed (409). Never
-    /// turns back, so the client remembers it.
-    Superseded,
-    /// No member holds the role (409).
-    Vacant,
-    /// The token is ahead of the current pair: not minted here (409).
-    Unknown,
-}
-
-impl Verdict {
-    /// The name used on the wire.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Verdict::Authoritative => "authoritative",
-            Verdict::Superseded => "superseded",
-            Verdict::Vacant => "vacant",
-            Verdict::Unknown => "unknown",
-        }
-    }
-}
-
-impl fmt::Display for Verdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::coordination::Verdict;
+pub use crate::service::http::problem::Problem;
 
 /// A verdict with its reason: what the coordinator's current pair was.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -75,36 +44,6 @@ impl fmt::Display for Decision {
             (Verdict::Authoritative, _) => Ok(()),
             (_, Some(current)) => write!(f, " (current pair {current})"),
             (_, None) => f.write_str(" (no current pair)"),
-        }
-    }
-}
-
-/// An RFC 9457 problem the service answered (400 for bad input).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Problem {
-    /// A URN naming the problem type.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// A short summary of the type.
-    pub title: String,
-    /// The HTTP status.
-    pub status: u16,
-    /// What went wrong.
-    pub detail: String,
-    /// The input at fault (`role`, `token`, `body`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-}
-
-impl Problem {
-    /// A 400 found before asking: the service would refuse it the same way.
-    pub(crate) fn invalid(field: &str, detail: impl Into<String>) -> Problem {
-        Problem {
-            kind: format!("urn:krabka-authority:problem:invalid-{field}"),
-            title: format!("Invalid {field}"),
-            status: 400,
-            detail: detail.into(),
-            field: Some(field.to_owned()),
         }
     }
 }

@@ -308,6 +308,7 @@ fn undecided(why: &Undecided, wait: Duration) -> Response<Body> {
         status: 503,
         detail: why.to_string(),
         field: None,
+        retry_after: None,
     };
     problem_response(&problem, Some(wait))
 }

@@ -1,12 +1,12 @@
 //! The verdict of an authority check: a token against the coordinator's
 //! current pair, compared exactly.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::FencingToken;
 
 /// The answer to "is this token the role's authority now?".
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     /// The token equals the coordinator's current pair.
@@ -37,6 +37,12 @@ impl Verdict {
         Verdict::Vacant,
         Verdict::Unknown,
     ];
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Judges `token` against the coordinator's current pair (`None`: no

@@ -95,6 +95,8 @@ pub(crate) struct Connection {
     next_id: AtomicI32,
     settings: ConnSettings,
     versions: Versions,
+    /// The broker's finalized feature levels (e.g. `transaction.version`).
+    features: HashMap<String, i16>,
     tasks: [JoinHandle<()>; 2],
     /// When set, the connection is retired at this instant (the end of its
     /// SASL session, KIP-368): later requests open a new connection.
@@ -139,6 +141,7 @@ impl Connection {
             next_id: AtomicI32::new(0),
             settings,
             versions: Versions::default(),
+            features: HashMap::new(),
             tasks: [reader, writer],
             retire_at: None,
         }
@@ -171,7 +174,18 @@ impl Connection {
                 .iter()
                 .map(|k| (k.api_key, k.min_version, k.max_version)),
         );
+        self.features = response
+            .finalized_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.max_version_level))
+            .collect();
         Ok(())
+    }
+
+    /// The finalized level of a cluster feature, as the broker reported it
+    /// when the connection opened; `None` when not finalized.
+    pub(crate) fn feature(&self, name: &str) -> Option<i16> {
+        self.features.get(name).copied()
     }
 
     /// Uses fixed versions instead of asking (tests with a scripted broker).

@@ -315,6 +315,21 @@ impl KafkaClient {
         view.stale = true;
     }
 
+    /// The finalized level of a cluster feature (e.g. `transaction.version`:
+    /// 2 on a fresh Kafka 4.x cluster, absent on 3.x), as a broker reports
+    /// it in ApiVersions; `None` when the feature is not finalized.
+    pub async fn finalized_feature(&self, name: &str) -> Result<Option<i16>, KafkaError> {
+        self.retrying("api versions", || async move {
+            let addr = self
+                .brokers_by_load(&[])
+                .into_iter()
+                .next()
+                .ok_or_else(|| KafkaError::Invalid("no broker known".into()))?;
+            Ok(self.connection(&addr).await?.feature(name))
+        })
+        .await
+    }
+
     /// The node id of the leader of one partition, from fresh metadata.
     pub async fn partition_leader(&self, topic: &str, partition: i32) -> Result<i32, KafkaError> {
         self.retrying("partition leader", || async move {

@@ -5,6 +5,7 @@ use kafka_protocol::messages::{
     CreateTopicsRequest, DescribeConfigsRequest, TopicName,
     create_topics_request::{CreatableTopic, CreatableTopicConfig},
     describe_configs_request::DescribeConfigsResource,
+    describe_configs_response::DescribeConfigsResult,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -44,6 +45,33 @@ fn topic_err(topic: &str, reason: impl Into<String>) -> KafkaError {
     }
 }
 
+/// A DescribeConfigs of one key of one resource.
+fn describe_config(kind: i8, name: &str, key: &str) -> DescribeConfigsRequest {
+    DescribeConfigsRequest::default().with_resources(vec![
+        DescribeConfigsResource::default()
+            .with_resource_type(kind)
+            .with_resource_name(StrBytes::from_string(name.to_owned()))
+            .with_configuration_keys(Some(vec![StrBytes::from_string(key.to_owned())])),
+    ])
+}
+
+/// The value of `key` in one resource's answer, or its error.
+fn config_value(result: DescribeConfigsResult, key: &str) -> Result<Option<String>, KafkaError> {
+    if result.error_code != 0 {
+        return Err(KafkaError::broker(
+            "DescribeConfigs",
+            result.error_code,
+            result.error_message.map(|m| m.to_string()),
+        ));
+    }
+    Ok(result
+        .configs
+        .iter()
+        .find(|c| c.name.as_str() == key)
+        .and_then(|c| c.value.as_ref())
+        .map(|v| v.to_string()))
+}
+
 impl KafkaClient {
     /// The partition count of `topic` from fresh metadata; an error when the
     /// topic does not exist.
@@ -60,34 +88,14 @@ impl KafkaClient {
     /// The topic's `cleanup.policy`, asked of any broker.
     pub async fn cleanup_policy(&self, topic: &str) -> Result<String, KafkaError> {
         self.retrying("describe configs", || async move {
-            let request = DescribeConfigsRequest::default().with_resources(vec![
-                DescribeConfigsResource::default()
-                    .with_resource_type(RESOURCE_TOPIC)
-                    .with_resource_name(StrBytes::from_string(topic.to_owned()))
-                    .with_configuration_keys(Some(vec![StrBytes::from_static_str(
-                        "cleanup.policy",
-                    )])),
-            ]);
+            let request = describe_config(RESOURCE_TOPIC, topic, "cleanup.policy");
             let (response, _) = self.send_any(&request, &[]).await?;
             let result = response
                 .results
                 .into_iter()
                 .next()
                 .ok_or_else(|| topic_err(topic, "DescribeConfigs answered nothing"))?;
-            if result.error_code != 0 {
-                return Err(KafkaError::broker(
-                    "DescribeConfigs",
-                    result.error_code,
-                    result.error_message.map(|m| m.to_string()),
-                ));
-            }
-            Ok(result
-                .configs
-                .iter()
-                .find(|c| c.name.as_str() == "cleanup.policy")
-                .and_then(|c| c.value.as_ref())
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "delete".to_owned()))
+            Ok(config_value(result, "cleanup.policy")?.unwrap_or_else(|| "delete".to_owned()))
         })
         .await
     }
@@ -112,29 +120,12 @@ impl KafkaClient {
                     addr: "the cluster".into(),
                     reason: "no broker known".into(),
                 })?;
-            let request = DescribeConfigsRequest::default().with_resources(vec![
-                DescribeConfigsResource::default()
-                    .with_resource_type(RESOURCE_BROKER)
-                    .with_resource_name(StrBytes::from_string(id.to_string()))
-                    .with_configuration_keys(Some(vec![StrBytes::from_string(key.to_owned())])),
-            ]);
+            let request = describe_config(RESOURCE_BROKER, &id.to_string(), key);
             let response = self.send_to(&addr, &request).await?;
-            let Some(result) = response.results.into_iter().next() else {
-                return Ok(None);
-            };
-            if result.error_code != 0 {
-                return Err(KafkaError::broker(
-                    "DescribeConfigs",
-                    result.error_code,
-                    result.error_message.map(|m| m.to_string()),
-                ));
+            match response.results.into_iter().next() {
+                Some(result) => config_value(result, key),
+                None => Ok(None),
             }
-            Ok(result
-                .configs
-                .iter()
-                .find(|c| c.name.as_str() == key)
-                .and_then(|c| c.value.as_ref())
-                .map(|v| v.to_string()))
         })
         .await
     }

@@ -118,9 +118,42 @@ async fn racing_acquires_leave_exactly_one_current_token() {
 }
 
 #[tokio::test]
+async fn a_kafka_4_cluster_runs_transaction_version_2() {
+    let version = std::env::var("KRABKA_KAFKA_VERSION").unwrap_or_else(|_| "4.1.1".into());
+    let tv = crate::common::client()
+        .finalized_feature("transaction.version")
+        .await
+        .unwrap();
+    if version.starts_with("3.") {
+        eprintln!("skipped: Kafka {version} has no transaction version 2 (found {tv:?})");
+        assert_eq!(tv, None, "Kafka 3.x finalizes no transaction.version");
+        return;
+    }
+    assert_eq!(
+        tv,
+        Some(2),
+        "a fresh Kafka 4.x cluster finalizes transaction.version=2"
+    );
+}
+
+#[tokio::test]
 async fn renewals_under_transaction_version_1_keep_the_token() {
     let topic = topic(2).await;
     let t = transport(&topic).await;
+    // On 4.x the cluster finalized transaction version 2, under which every
+    // commit would bump the epoch: the pinned version 1 requests are what
+    // keep the token. Kafka 3.x has no version 2; the token stays anyway.
+    let tv = t
+        .client()
+        .finalized_feature("transaction.version")
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    if tv < 2 {
+        eprintln!(
+            "the broker finalized transaction.version={tv}: renewals keep the token without the pinning; it is not exercised here"
+        );
+    }
     let role = unique("renew");
     let token = t.acquire_epoch(&role, LEASE).await.unwrap();
     for i in 0..20 {

@@ -635,21 +635,28 @@ async fn bearer_tokens_guard_the_api_and_say_nothing_about_roles() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Adds an ACL through Kafka's own AclCommand on the PLAINTEXT listener.
+/// Adds an ACL through Kafka's own AclCommand on the PLAINTEXT listener
+/// (`org.apache.kafka.tools` from 4.0, `kafka.admin` in 3.x).
 fn acl(plaintext: &str, args: &[&str]) {
     let lib = kafka_script(&["provision"]);
-    let out = Command::new("java")
-        .args([
-            "-cp",
-            &format!("{lib}/*"),
-            "org.apache.kafka.tools.AclCommand",
-            "--bootstrap-server",
-            plaintext,
-            "--add",
-        ])
-        .args(args)
-        .output()
-        .unwrap();
+    let run = |class: &str| {
+        Command::new("java")
+            .args([
+                "-cp",
+                &format!("{lib}/*"),
+                class,
+                "--bootstrap-server",
+                plaintext,
+                "--add",
+            ])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let mut out = run("org.apache.kafka.tools.AclCommand");
+    if String::from_utf8_lossy(&out.stderr).contains("ClassNotFoundException") {
+        out = run("kafka.admin.AclCommand");
+    }
     assert!(
         out.status.success(),
         "AclCommand {args:?}: {}",

@@ -3,14 +3,14 @@
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The media type of a problem body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// A problem answer: status, a short title, what went wrong, and for bad
 /// input the field at fault.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Problem {
     /// A URI naming the problem type.
     #[serde(rename = "type")]
@@ -22,7 +22,7 @@ pub struct Problem {
     /// What went wrong in this case.
     pub detail: String,
     /// The request field at fault (`token`, `role`, `body`, ...).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
     /// Seconds to wait before retrying (503 only).
     #[serde(skip)]
