@@ -373,3 +373,82 @@ impl KafkaClient {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use kafka_protocol::protocol::StrBytes;
+
+    use super::*;
+    use crate::kafka::client::{ClientConfig, Outcome, RequestObserver};
+    use crate::kafka::fake::metadata;
+
+    #[derive(Debug, Default)]
+    struct Changes(AtomicUsize);
+
+    impl RequestObserver for Changes {
+        fn observe(&self, _: &'static str, _: Outcome, _: Duration) {}
+        fn cluster_changed(&self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn of(cluster: &str) -> MetadataResponse {
+        metadata(&[(1, "b:1")], Some(("t", &[(0, 1, 7)])))
+            .with_cluster_id(Some(StrBytes::from_string(cluster.to_owned())))
+    }
+
+    #[test]
+    fn another_cluster_id_forgets_what_was_learned_of_the_old_one() {
+        let changes = Arc::new(Changes::default());
+        let mut config = ClientConfig::new(["b:1"]);
+        config.observer = Some(changes.clone());
+        let client = KafkaClient::new(config).unwrap();
+        client.record_metadata(of("a"));
+        let broker = Broker {
+            id: 1,
+            addr: "b:1".into(),
+        };
+        client.core.coordinators.learn("r", broker);
+        client.record_metadata(of("a"));
+        assert_eq!(client.cluster_id().as_deref(), Some("a"));
+        assert_eq!(changes.0.load(Ordering::SeqCst), 0);
+        assert!(client.cached_topic("t").is_some());
+
+        client.record_metadata(of("b").with_topics(Vec::new()));
+        assert_eq!(client.cluster_id().as_deref(), Some("b"));
+        assert_eq!(changes.0.load(Ordering::SeqCst), 1, "counted once");
+        assert!(
+            client.cached_topic("t").is_none(),
+            "the old cluster's topics are gone"
+        );
+        assert_eq!(
+            client.core.coordinators.weighted_size(),
+            0,
+            "and its coordinators"
+        );
+    }
+
+    #[test]
+    fn an_answer_with_an_older_leader_epoch_keeps_the_newer_leader() {
+        let client = KafkaClient::new(ClientConfig::new(["b:1"])).unwrap();
+        let brokers = [(1, "b:1"), (2, "b:2")];
+        client.record_metadata(metadata(&brokers, Some(("t", &[(0, 2, 8)]))));
+        // A broker that has not seen the move yet answers the old leader.
+        client.record_metadata(metadata(&brokers, Some(("t", &[(0, 1, 7)]))));
+        let meta = client.cached_topic("t").unwrap();
+        assert_eq!(
+            (meta.partitions[0].leader, meta.partitions[0].leader_epoch),
+            (2, 8)
+        );
+        client.record_metadata(metadata(&brokers, Some(("t", &[(0, 1, 9)]))));
+        let meta = client.cached_topic("t").unwrap();
+        assert_eq!(
+            (meta.partitions[0].leader, meta.partitions[0].leader_epoch),
+            (1, 9)
+        );
+    }
+}

@@ -12,6 +12,10 @@ mod connection;
 mod coordinator;
 mod describe;
 mod error;
+#[cfg(test)]
+mod failures;
+#[cfg(test)]
+mod fake;
 mod fetch;
 mod metadata;
 mod nodes;

@@ -276,9 +276,10 @@ impl Watcher {
         let now = self.clock.now_ms();
         for effect in effects.drain(..) {
             match effect {
-                Effect::RoleAdded(_) => {
+                Effect::RoleAdded(role) => {
                     let n = self.roles.fetch_add(1, Ordering::Relaxed) + 1;
                     self.role_metrics.roles.set(n);
+                    self.role_metrics.added(&role);
                 }
                 Effect::RoleRemoved(role) => {
                     let n = self.roles.fetch_sub(1, Ordering::Relaxed) - 1;
@@ -307,11 +308,19 @@ impl Watcher {
                     self.role_metrics.candidates(&role, candidates);
                     self.role_metrics.lease(&role, deadline, now);
                 }
-                Effect::Malformed { offset, error } => {
-                    self.metrics
-                        .malformed_records
-                        .with_label_values(&[error.part().as_str()])
-                        .inc();
+                Effect::Malformed {
+                    offset,
+                    error,
+                    live,
+                } => {
+                    // Counted from the catch-up on, as failovers are: every
+                    // restart reads the old ones again.
+                    if live {
+                        self.metrics
+                            .malformed_records
+                            .with_label_values(&[error.part().as_str()])
+                            .inc();
+                    }
                     tracing::warn!(topic = %self.config.topic, partition, offset, %error, "skipped a malformed record");
                 }
                 Effect::Event(event) => {

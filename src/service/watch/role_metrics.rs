@@ -13,6 +13,9 @@ use prometheus::{
 use super::status::RoleStatus;
 use crate::coordination::FencingToken;
 
+/// Most omitted role names remembered (to count each once).
+const MAX_OMITTED_KEPT: usize = 100_000;
+
 /// The per-role series and the watcher's own gauges.
 #[derive(Debug)]
 pub struct RoleMetrics {
@@ -172,7 +175,9 @@ impl RoleMetrics {
             exported.roles.insert(role.to_owned(), None);
             return true;
         }
-        if exported.omitted.insert(role.to_owned()) {
+        // The set only tells whether a role was counted already; past its
+        // own bound a role may be counted twice, never kept unboundedly.
+        if exported.omitted.len() < MAX_OMITTED_KEPT && exported.omitted.insert(role.to_owned()) {
             self.omitted.inc();
         }
         false
@@ -262,6 +267,16 @@ impl RoleMetrics {
             } else {
                 let _ = self.status.remove_label_values(&[role, s.as_str()]);
             }
+        }
+    }
+
+    /// Creates the counters of a new role at 0, so that `increase()` sees
+    /// its first epoch change or failover (a series born at 1 looks like no
+    /// increase).
+    pub fn added(&self, role: &str) {
+        if self.admit(role) {
+            self.epoch_changes.with_label_values(&[role]);
+            self.failovers.with_label_values(&[role]);
         }
     }
 

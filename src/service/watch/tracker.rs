@@ -137,6 +137,8 @@ pub enum Effect {
         offset: i64,
         /// What is wrong with it.
         error: FormatError,
+        /// Read after the partition caught up (a new one, not history).
+        live: bool,
     },
     /// A change to send to event streams.
     Event(RoleEvent),
@@ -221,6 +223,7 @@ impl PartitionTracker {
                     out.push(Effect::Malformed {
                         offset: m.offset,
                         error: m.error,
+                        live: counting,
                     });
                 }
                 (role, change, removed)
@@ -229,6 +232,7 @@ impl PartitionTracker {
                 out.push(Effect::Malformed {
                     offset: record.offset,
                     error,
+                    live: counting,
                 });
                 return;
             }
@@ -601,7 +605,18 @@ mod tests {
             !kinds(&out).contains(&"failover") && !kinds(&out).contains(&"epoch"),
             "{out:?}"
         );
-        assert_eq!(tracker.advance(3, 5), 2, "two records behind");
+        out.clear();
+        let garbage = LogRecord {
+            offset: 3,
+            key: vec![0, 9].into(),
+            value: None,
+        };
+        tracker.apply(&garbage, 100, &mut out);
+        assert!(
+            matches!(out[..], [Effect::Malformed { live: false, .. }]),
+            "a malformed record of the history is reported, not counted: {out:?}"
+        );
+        assert_eq!(tracker.advance(4, 5), 1, "one record behind");
         assert!(!tracker.caught_up());
         assert_eq!(tracker.advance(5, 5), 0);
         assert!(tracker.caught_up());

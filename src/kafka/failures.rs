@@ -1,0 +1,215 @@
+//! The client under broker failure, against scripted brokers (the fast
+//! tier; the broker tier kills and hangs real ones in tests/broker/cluster.rs).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    MetadataResponse, TopicName,
+    fetch_response::{FetchableTopicResponse, PartitionData},
+    find_coordinator_response::Coordinator,
+};
+use kafka_protocol::protocol::StrBytes;
+use tokio::time::Instant;
+
+use super::client::{ClientConfig, KafkaClient};
+use super::fake::{FakeBroker, answer, metadata, request};
+
+fn client(bootstrap: &[&str]) -> KafkaClient {
+    let mut config = ClientConfig::new(bootstrap.iter().copied());
+    config.request_timeout = Duration::from_secs(5);
+    config.operation_timeout = Duration::from_secs(8);
+    KafkaClient::new(config).unwrap()
+}
+
+/// A broker that answers Metadata with `brokers` and FindCoordinator with
+/// `coordinator` for every key, counting the lookups.
+async fn answering(
+    brokers: Arc<std::sync::Mutex<Vec<(i32, String)>>>,
+    coordinator: Arc<std::sync::Mutex<(i32, String)>>,
+    lookups: Arc<AtomicUsize>,
+) -> FakeBroker {
+    FakeBroker::start(Arc::new(move |header, body| {
+        let brokers = brokers.lock().unwrap().clone();
+        let list: Vec<(i32, &str)> = brokers.iter().map(|(i, a)| (*i, a.as_str())).collect();
+        match header.request_api_key {
+            k if k == ApiKey::Metadata as i16 => Some(answer(header, &metadata(&list, None))),
+            k if k == ApiKey::FindCoordinator as i16 => {
+                lookups.fetch_add(1, Ordering::SeqCst);
+                let asked: FindCoordinatorRequest = request(header.request_api_version, body);
+                let (id, addr) = coordinator.lock().unwrap().clone();
+                let (host, port) = addr.rsplit_once(':').unwrap();
+                let response = FindCoordinatorResponse::default().with_coordinators(
+                    asked
+                        .coordinator_keys
+                        .into_iter()
+                        .map(|key| {
+                            Coordinator::default()
+                                .with_key(key)
+                                .with_node_id(BrokerId(id))
+                                .with_host(StrBytes::from_string(host.to_owned()))
+                                .with_port(port.parse().unwrap())
+                        })
+                        .collect(),
+                );
+                Some(answer(header, &response))
+            }
+            _ => None,
+        }
+    }))
+    .await
+}
+
+#[tokio::test]
+async fn a_hung_broker_costs_a_hedge_not_a_request_timeout() {
+    // A answers nothing after ApiVersions (a SIGSTOPped broker answers
+    // nothing at all; the kernel still accepts); B answers.
+    let hung = FakeBroker::start(Arc::new(|_, _| None)).await;
+    let brokers = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let coordinator = Arc::new(std::sync::Mutex::new((0, String::new())));
+    let live = answering(brokers.clone(), coordinator, Arc::default()).await;
+    *brokers.lock().unwrap() = vec![(1, hung.addr.clone()), (2, live.addr.clone())];
+    for round in 0..6 {
+        let client = client(&[&hung.addr, &live.addr]);
+        let started = Instant::now();
+        client.refresh_metadata(&[]).await.unwrap();
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_millis(1500),
+            "round {round}: metadata took {took:?} with one broker hung"
+        );
+    }
+    assert!(
+        !hung.requests(ApiKey::Metadata).is_empty(),
+        "the hung broker was asked first in some round"
+    );
+}
+
+#[tokio::test]
+async fn a_fetch_carries_the_leader_epoch_and_a_fenced_epoch_moves_it_to_the_new_leader() {
+    let moved = Arc::new(AtomicBool::new(false));
+    let addrs: Arc<std::sync::Mutex<(String, String)>> = Arc::default();
+    let script = |me: i32| {
+        let (moved, addrs) = (moved.clone(), addrs.clone());
+        Arc::new(
+            move |header: &kafka_protocol::messages::RequestHeader, body: Bytes| {
+                let (a, b) = addrs.lock().unwrap().clone();
+                let brokers = [(1, a.as_str()), (2, b.as_str())];
+                match header.request_api_key {
+                    k if k == ApiKey::Metadata as i16 => {
+                        let partitions: &[(i32, i32, i32)] = if moved.load(Ordering::SeqCst) {
+                            &[(0, 2, 6)]
+                        } else {
+                            &[(0, 1, 5)]
+                        };
+                        let response: MetadataResponse =
+                            metadata(&brokers, Some(("t", partitions)));
+                        Some(answer(header, &response))
+                    }
+                    k if k == ApiKey::Fetch as i16 => {
+                        let fetch: FetchRequest = request(header.request_api_version, body);
+                        let epoch = fetch.topics[0].partitions[0].current_leader_epoch;
+                        // Broker 1 lost the leadership at epoch 6.
+                        let code = if me == 1 && epoch < 6 {
+                            moved.store(true, Ordering::SeqCst);
+                            74 // FENCED_LEADER_EPOCH
+                        } else {
+                            0
+                        };
+                        let response = FetchResponse::default().with_responses(vec![
+                            FetchableTopicResponse::default()
+                                .with_topic(TopicName(StrBytes::from_static_str("t")))
+                                .with_partitions(vec![
+                                    PartitionData::default()
+                                        .with_partition_index(0)
+                                        .with_error_code(code),
+                                ]),
+                        ]);
+                        Some(answer(header, &response))
+                    }
+                    _ => None,
+                }
+            },
+        ) as super::fake::Script
+    };
+    let one = FakeBroker::start(script(1)).await;
+    let two = FakeBroker::start(script(2)).await;
+    *addrs.lock().unwrap() = (one.addr.clone(), two.addr.clone());
+    let client = client(&[&one.addr]);
+
+    let (groups, errors) = client.partition_leaders("t", &[(0, 0)]).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let (leader, positions) = groups.into_iter().next().unwrap();
+    assert_eq!((leader.id, positions[0].leader_epoch), (1, 5));
+    let answers = client
+        .fetch_from(&leader, "t", &positions, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(answers[0].1.as_ref().unwrap_err().code(), Some(74));
+
+    // The fenced epoch asked for fresh metadata: the new leader, its epoch.
+    let (groups, _) = client.partition_leaders("t", &[(0, 0)]).await;
+    let (leader, positions) = groups.into_iter().next().unwrap();
+    assert_eq!((leader.id, positions[0].leader_epoch), (2, 6));
+    let answers = client
+        .fetch_from(&leader, "t", &positions, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(answers[0].1.is_ok());
+    let sent: FetchRequest = {
+        let (version, body) = two.requests(ApiKey::Fetch).remove(0);
+        request(version, body)
+    };
+    assert_eq!(sent.topics[0].partitions[0].current_leader_epoch, 6);
+}
+
+#[tokio::test]
+async fn concurrent_lookups_of_one_key_share_one_find_coordinator() {
+    let brokers = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let coordinator = Arc::new(std::sync::Mutex::new((1, String::new())));
+    let lookups = Arc::new(AtomicUsize::new(0));
+    let broker = answering(brokers.clone(), coordinator.clone(), lookups.clone()).await;
+    *brokers.lock().unwrap() = vec![(1, broker.addr.clone())];
+    *coordinator.lock().unwrap() = (1, broker.addr.clone());
+    let client = client(&[&broker.addr]);
+    let keys = ["r".to_owned()];
+    let calls = (0..50).map(|_| client.coordinators(&keys));
+    let answers = futures::future::join_all(calls).await;
+    assert!(answers.iter().all(|a| a["r"].as_ref().unwrap().id == 1));
+    assert_eq!(
+        lookups.load(Ordering::SeqCst),
+        1,
+        "one lookup for 50 callers"
+    );
+}
+
+#[tokio::test]
+async fn the_ids_of_a_failed_coordinator_are_looked_up_once_per_backoff() {
+    let brokers = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let coordinator = Arc::new(std::sync::Mutex::new((1, String::new())));
+    let lookups = Arc::new(AtomicUsize::new(0));
+    let broker = answering(brokers.clone(), coordinator.clone(), lookups.clone()).await;
+    *brokers.lock().unwrap() = vec![(1, broker.addr.clone())];
+    *coordinator.lock().unwrap() = (1, broker.addr.clone());
+    let client = client(&[&broker.addr]);
+    let keys: Vec<String> = (0..20).map(|i| format!("role-{i}")).collect();
+    client.coordinators(&keys).await;
+    assert_eq!(lookups.load(Ordering::SeqCst), 1);
+    // The coordinator's broker fails (as a timed-out request would report):
+    // every caller of every one of its ids, every 10 ms for 1.5 s.
+    client.core.coordinators.suspect(&broker.addr);
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1500) {
+        for key in &keys {
+            client.coordinators(std::slice::from_ref(key)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Gates open at 0, 100, 300, 700 and 1500 ms: at most five lookups for
+    // 20 ids and ~3,000 calls.
+    let after = lookups.load(Ordering::SeqCst) - 1;
+    assert!((2..=5).contains(&after), "{after} lookups in 1.5 s");
+}

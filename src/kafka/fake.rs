@@ -1,0 +1,182 @@
+//! Scripted brokers on loopback, for the fast tier: the client's routing,
+//! retries and failure handling against brokers that answer what a test
+//! says, or never answer at all (a hung broker).
+
+use std::sync::{Arc, Mutex};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, BrokerId, MetadataResponse, RequestHeader, ResponseHeader,
+    TopicName,
+    api_versions_response::ApiVersion,
+    metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic},
+};
+use kafka_protocol::protocol::{
+    Decodable, Encodable, HeaderVersion, StrBytes, decode_request_header_from_buffer,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use super::versions::PINNED;
+
+/// What a scripted broker answers to one request: the encoded response
+/// (header and body), or `None` to never answer.
+pub(crate) type Script = Arc<dyn Fn(&RequestHeader, Bytes) -> Option<Bytes> + Send + Sync>;
+
+/// A scripted broker listening on loopback.
+pub(crate) struct FakeBroker {
+    pub(crate) addr: String,
+    /// Every request but ApiVersions: (API, version, body).
+    pub(crate) seen: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeBroker {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeBroker {
+    /// A broker answering ApiVersions itself and everything else by `script`.
+    pub(crate) async fn start(script: Script) -> FakeBroker {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let seen: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>> = Arc::default();
+        let log = seen.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let (script, log) = (script.clone(), log.clone());
+                tokio::spawn(async move {
+                    loop {
+                        let Ok(size) = socket.read_i32().await else {
+                            return;
+                        };
+                        let mut frame = BytesMut::zeroed(size as usize);
+                        if socket.read_exact(&mut frame).await.is_err() {
+                            return;
+                        }
+                        let mut body = frame.freeze();
+                        let header = decode_request_header_from_buffer(&mut body).unwrap();
+                        let api = ApiKey::try_from(header.request_api_key).unwrap();
+                        let answer = if api == ApiKey::ApiVersions {
+                            Some(api_versions(&header))
+                        } else {
+                            log.lock().unwrap().push((
+                                api,
+                                header.request_api_version,
+                                body.clone(),
+                            ));
+                            script(&header, body)
+                        };
+                        if let Some(answer) = answer {
+                            let mut out = BytesMut::new();
+                            out.put_i32(answer.len() as i32);
+                            out.put_slice(&answer);
+                            if socket.write_all(&out).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        FakeBroker { addr, seen, task }
+    }
+
+    /// The requests of one API this broker received.
+    pub(crate) fn requests(&self, api: ApiKey) -> Vec<(i16, Bytes)> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(a, _, _)| *a == api)
+            .map(|(_, v, b)| (*v, b.clone()))
+            .collect()
+    }
+}
+
+/// Encodes `response` as the answer to the request of `header`.
+pub(crate) fn answer<R: Encodable + HeaderVersion>(header: &RequestHeader, response: &R) -> Bytes {
+    let version = header.request_api_version;
+    let mut buf = BytesMut::new();
+    ResponseHeader::default()
+        .with_correlation_id(header.correlation_id)
+        .encode(&mut buf, R::header_version(version))
+        .unwrap();
+    response.encode(&mut buf, version).unwrap();
+    buf.freeze()
+}
+
+/// Decodes a request body a broker received.
+pub(crate) fn request<R: Decodable>(version: i16, mut body: Bytes) -> R {
+    R::decode(&mut body, version).unwrap()
+}
+
+fn api_versions(header: &RequestHeader) -> Bytes {
+    let response = ApiVersionsResponse::default().with_api_keys(
+        PINNED
+            .iter()
+            .map(|&(api, min, max)| {
+                ApiVersion::default()
+                    .with_api_key(api as i16)
+                    .with_min_version(min)
+                    .with_max_version(max)
+            })
+            .collect(),
+    );
+    // ApiVersions answers with response header v0 whatever its version.
+    let mut buf = BytesMut::new();
+    buf.put_i32(header.correlation_id);
+    response
+        .encode(&mut buf, header.request_api_version)
+        .unwrap();
+    buf.freeze()
+}
+
+/// Partitions of a topic as (index, leader id, leader epoch).
+pub(crate) type Partitions<'a> = &'a [(i32, i32, i32)];
+
+/// A Metadata answer: `brokers` as (id, addr), and a topic by name with its
+/// partitions.
+pub(crate) fn metadata(
+    brokers: &[(i32, &str)],
+    topic: Option<(&str, Partitions<'_>)>,
+) -> MetadataResponse {
+    let brokers = brokers
+        .iter()
+        .map(|(id, addr)| {
+            let (host, port) = addr.rsplit_once(':').unwrap();
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(*id))
+                .with_host(StrBytes::from_string(host.to_owned()))
+                .with_port(port.parse().unwrap())
+        })
+        .collect();
+    let topics = topic
+        .map(|(name, partitions)| {
+            vec![
+                MetadataResponseTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(name.to_owned()))))
+                    .with_partitions(
+                        partitions
+                            .iter()
+                            .map(|(index, leader, epoch)| {
+                                MetadataResponsePartition::default()
+                                    .with_partition_index(*index)
+                                    .with_leader_id(BrokerId(*leader))
+                                    .with_leader_epoch(*epoch)
+                            })
+                            .collect(),
+                    ),
+            ]
+        })
+        .unwrap_or_default();
+    MetadataResponse::default()
+        .with_cluster_id(Some(StrBytes::from_static_str("fake-cluster")))
+        .with_brokers(brokers)
+        .with_topics(topics)
+}
