@@ -454,8 +454,59 @@ async fn coordinator_id(client: &KafkaClient, role: &str) -> i32 {
         .id
 }
 
-fn roles(prefix: &str, n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("{}-{i}", unique(prefix))).collect()
+/// Roles held by members on a fresh topic of the cluster.
+struct Scene {
+    topic: String,
+    roles: Vec<String>,
+    known: Known,
+    members: Members,
+}
+
+impl Scene {
+    /// `roles` roles named after `prefix`, `per_role` members each, on a
+    /// topic of `partitions`; returns once every role has a holder.
+    async fn hold(prefix: &str, roles: usize, per_role: usize, partitions: i32) -> Scene {
+        let topic = cluster_topic(partitions).await;
+        let roles: Vec<String> = (0..roles)
+            .map(|i| format!("{}-{i}", unique(prefix)))
+            .collect();
+        let known = Known::default();
+        let members = Members::start(&topic, &roles, per_role, &known).await;
+        members
+            .wait_for_holders(&roles, Duration::from_secs(30))
+            .await;
+        Scene {
+            topic,
+            roles,
+            known,
+            members,
+        }
+    }
+
+    /// The service over `bootstrap` and a check load of `workers` on it.
+    async fn serve(&self, bootstrap: &str, workers: usize) -> (Service, Load) {
+        let service = start(service_config(bootstrap, &self.topic)).await;
+        let load = Load::start(
+            &service.url,
+            &self.roles,
+            &self.members.holders,
+            &self.known,
+            workers,
+        );
+        (service, load)
+    }
+
+    /// The roles whose transaction coordinator is broker `id`.
+    async fn coordinated_by(&self, id: i32) -> Vec<String> {
+        let client = cluster().client();
+        let mut out = Vec::new();
+        for role in &self.roles {
+            if coordinator_id(&client, role).await == id {
+                out.push(role.clone());
+            }
+        }
+        out
+    }
 }
 
 fn service_config(bootstrap: &str, topic: &str) -> crate::service::Config {
@@ -500,25 +551,12 @@ async fn takeover(holders: &Holders, role: &str, old: FencingToken, within: Dura
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killing_the_coordinator_of_held_roles() {
     let _turn = exclusive().await;
-    let topic = cluster_topic(6).await;
-    let roles = roles("kill-coord", 6);
-    let known = Known::default();
-    let members = Members::start(&topic, &roles, 2, &known).await;
-    members
-        .wait_for_holders(&roles, Duration::from_secs(30))
-        .await;
-    let service = start(service_config(&cluster().bootstrap, &topic)).await;
-    let load = Load::start(&service.url, &roles, &members.holders, &known, 4);
+    let scene = Scene::hold("kill-coord", 6, 2, 6).await;
+    let (service, load) = scene.serve(&cluster().bootstrap, 4).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-
-    let client = cluster().client();
-    let victim = coordinator_id(&client, &roles[0]).await;
-    let mut affected = Vec::new();
-    for role in &roles {
-        if coordinator_id(&client, role).await == victim {
-            affected.push(role.clone());
-        }
-    }
+    let victim = coordinator_id(&cluster().client(), &scene.roles[0]).await;
+    let affected = scene.coordinated_by(victim).await;
+    let (roles, members, known) = (&scene.roles, &scene.members, &scene.known);
     let before: HashMap<String, FencingToken> = roles
         .iter()
         .map(|r| (r.clone(), members.holders.current(r).unwrap()))
@@ -535,7 +573,7 @@ async fn killing_the_coordinator_of_held_roles() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let answers = load.finish().await;
     let lookups = metric(&service, "krabka_coordinator_lookups_total").await;
-    let wrong = wrong(&answers, &known);
+    let wrong = wrong(&answers, known);
     let outages = unavailable(&answers, killed);
     eprintln!(
         "kill coordinator {victim}: {} checks, affected roles {affected:?}, 503s {outages:?}, {lookups} lookups in all",
@@ -557,13 +595,9 @@ async fn killing_the_coordinator_of_held_roles() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killing_the_leader_of_a_roles_partition_and_its_holder() {
     let _turn = exclusive().await;
-    let topic = cluster_topic(6).await;
-    let roles = roles("kill-leader", 3);
-    let known = Known::default();
-    let mut members = Members::start(&topic, &roles, 2, &known).await;
-    members
-        .wait_for_holders(&roles, Duration::from_secs(30))
-        .await;
+    let mut scene = Scene::hold("kill-leader", 3, 2, 6).await;
+    let (topic, roles) = (scene.topic.clone(), scene.roles.clone());
+    let members = &mut scene.members;
     let client = cluster().client();
     let partition = role_partition(&roles[0], 6).unwrap();
     let victim = client.partition_leader(&topic, partition).await.unwrap();
@@ -589,29 +623,17 @@ async fn killing_the_leader_of_a_roles_partition_and_its_holder() {
 async fn a_broker_hung_for_20_seconds() {
     let _turn = exclusive().await;
     let partitions = 6;
-    let topic = cluster_topic(partitions).await;
-    let roles = roles("hung", 12);
-    let known = Known::default();
-    let members = Members::start(&topic, &roles, 2, &known).await;
-    members
-        .wait_for_holders(&roles, Duration::from_secs(30))
-        .await;
-    let service = start(service_config(&cluster().bootstrap, &topic)).await;
-    let load = Load::start(&service.url, &roles, &members.holders, &known, 4);
+    let scene = Scene::hold("hung", 12, 2, partitions).await;
+    let (service, load) = scene.serve(&cluster().bootstrap, 4).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-
     let client = cluster().client();
-    let victim = coordinator_id(&client, &roles[0]).await;
-    let mut affected = Vec::new();
-    for role in &roles {
-        if coordinator_id(&client, role).await == victim {
-            affected.push(role.clone());
-        }
-    }
+    let victim = coordinator_id(&client, &scene.roles[0]).await;
+    let affected = scene.coordinated_by(victim).await;
+    let (topic, roles, known) = (&scene.topic, &scene.roles, &scene.known);
     let mut healthy_roles = Vec::new();
-    for role in &roles {
+    for role in roles {
         let p = role_partition(role, partitions).unwrap();
-        if client.partition_leader(&topic, p).await.unwrap() != victim {
+        if client.partition_leader(topic, p).await.unwrap() != victim {
             healthy_roles.push(role.clone());
         }
     }
@@ -687,7 +709,7 @@ async fn with_the_lowest_id_broker_dead_a_new_candidate_joins_and_takes_a_role()
     let lowest = cluster().nodes().iter().map(|n| n.id).min().unwrap();
     cluster().act("kill", lowest);
     let known = Known::default();
-    let role = roles("new-candidate", 1);
+    let role = [unique("new-candidate")];
     let started = Instant::now();
     let members = Members::start(&topic, &role, 1, &known).await;
     let within = SESSION_TIMEOUT + Duration::from_secs(20);
@@ -701,17 +723,12 @@ async fn with_the_lowest_id_broker_dead_a_new_candidate_joins_and_takes_a_role()
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bootstrapped_from_one_broker_that_then_dies() {
     let _turn = exclusive().await;
-    let topic = cluster_topic(3).await;
-    let roles = roles("one-bootstrap", 6);
-    let known = Known::default();
-    let members = Members::start(&topic, &roles, 1, &known).await;
-    members
-        .wait_for_holders(&roles, Duration::from_secs(30))
-        .await;
+    let scene = Scene::hold("one-bootstrap", 6, 1, 3).await;
+    let (roles, known) = (&scene.roles, &scene.known);
     // The service knows one broker only.
     let client = cluster().client();
     let mut coordinators = HashMap::new();
-    for role in &roles {
+    for role in roles {
         coordinators.insert(role.clone(), coordinator_id(&client, role).await);
     }
     let only = cluster()
@@ -720,15 +737,13 @@ async fn bootstrapped_from_one_broker_that_then_dies() {
         .map(|n| n.id)
         .find(|id| coordinators.values().filter(|c| *c == id).count() < roles.len())
         .unwrap();
-    let single = cluster().address(only);
-    let service = start(service_config(&single, &topic)).await;
-    let load = Load::start(&service.url, &roles, &members.holders, &known, 3);
+    let (_service, load) = scene.serve(&cluster().address(only), 3).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let killed = Instant::now();
     cluster().act("kill", only);
     tokio::time::sleep(SESSION_TIMEOUT + Duration::from_secs(6)).await;
     let answers = load.finish().await;
-    let wrong = wrong(&answers, &known);
+    let wrong = wrong(&answers, known);
     let outages = unavailable(&answers, killed);
     eprintln!(
         "bootstrap broker {only} killed: {} checks, 503s {outages:?}",
@@ -753,15 +768,9 @@ async fn bootstrapped_from_one_broker_that_then_dies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rolling_restart() {
     let _turn = exclusive().await;
-    let topic = cluster_topic(6).await;
-    let roles = roles("rolling", 6);
-    let known = Known::default();
-    let members = Members::start(&topic, &roles, 2, &known).await;
-    members
-        .wait_for_holders(&roles, Duration::from_secs(30))
-        .await;
-    let service = start(service_config(&cluster().bootstrap, &topic)).await;
-    let load = Load::start(&service.url, &roles, &members.holders, &known, 3);
+    let scene = Scene::hold("rolling", 6, 2, 6).await;
+    let (_service, load) = scene.serve(&cluster().bootstrap, 3).await;
+    let (roles, members, known) = (&scene.roles, &scene.members, &scene.known);
     let started = Instant::now();
     for node in cluster().nodes() {
         cluster().act("stop", node.id);
@@ -771,7 +780,7 @@ async fn a_rolling_restart() {
     }
     tokio::time::sleep(Duration::from_secs(5)).await;
     let answers = load.finish().await;
-    let wrong = wrong(&answers, &known);
+    let wrong = wrong(&answers, known);
     let outages = unavailable(&answers, started);
     eprintln!(
         "rolling restart in {:?}: {} checks, 503s {outages:?}",
