@@ -21,9 +21,9 @@ pub fn fast_options() -> Options {
         .with_challenge_stagger(Duration::from_millis(500))
 }
 
-type Pending = JoinHandle<Result<Leadership<KafkaTransport>, LeadershipError>>;
+pub type Pending = JoinHandle<Result<Leadership<KafkaTransport>, LeadershipError>>;
 
-async fn candidate(topic: &str, role: &str, member: &str) -> Pending {
+pub async fn candidate(topic: &str, role: &str, member: &str) -> Pending {
     let t = Arc::new(transport(topic).await);
     let (role, member) = (role.to_owned(), member.to_owned());
     tokio::spawn(async move { acquire(t, &role, &member, fast_options()).await })

@@ -1,16 +1,23 @@
-//! The status page in a real browser: Debian's headless Chromium loads `/`
-//! while demo candidates compete on the real broker; the holder shown must
-//! be the one the roster view reports. A screenshot is kept as an artifact
-//! in `target/test-artifacts/status-page.png`.
+//! The status pages in a real browser (Debian's headless Chromium): `/`
+//! while demo candidates compete on the real broker, the holder shown being
+//! the one the roster view reports; and a role's page after failovers
+//! driven by the leadership client, its timeline holding one bar per
+//! holding period and a hostile member name staying text. Screenshots are
+//! kept as artifacts in `target/test-artifacts/` (`status-page.png`,
+//! `role-page.png`).
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
+use krabka_authority::coordination::FencingToken;
+use krabka_authority::service::http::status_page::path_segment;
 use serde_json::Value;
 
 use crate::common::{bootstrap, eventually, repo, topic, unique};
-use crate::service::{get, start};
-use crate::watcher::watcher_config;
+use crate::leadership::{Pending, candidate};
+use crate::service::{Service, get, start};
+use crate::watcher::{holds, ready, watcher_config};
 
 fn chromium() -> PathBuf {
     for candidate in ["chromium", "chromium-browser", "google-chrome"] {
@@ -107,6 +114,10 @@ async fn the_status_page_shows_the_holder_in_a_real_browser() {
     );
     assert!(row.contains(&token), "token {token} not shown: {row}");
     assert!(row.contains("s left"), "no countdown: {row}");
+    assert!(
+        row.contains(&format!("href=\"/roles/{role}/page\"")),
+        "no link to the role's page: {row}"
+    );
     assert!(row.contains("stable"), "{row}");
     for m in view["members"].as_array().unwrap() {
         assert!(row.contains(m["member"].as_str().unwrap()), "{row}");
@@ -132,6 +143,159 @@ async fn the_status_page_shows_the_holder_in_a_real_browser() {
         shot.display()
     );
     let _ = demo.0.kill();
+}
+
+/// Undoes the entities Chromium writes when it serializes the DOM.
+fn unescape(text: &str) -> String {
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&nbsp;", "\u{a0}")
+        .replace("&amp;", "&")
+}
+
+/// The values of attribute `name` on the elements whose tag starts with
+/// `start`, in document order. Serialized attribute values hold no `"`.
+fn attributes(dom: &str, start: &str, name: &str) -> Vec<String> {
+    dom.match_indices(start)
+        .map(|(i, _)| {
+            let rest = &dom[i..];
+            let at = rest
+                .find(&format!(" {name}=\""))
+                .unwrap_or_else(|| panic!("no {name} in {}", &rest[..200.min(rest.len())]));
+            let value = &rest[at + name.len() + 3..];
+            unescape(&value[..value.find('"').unwrap()])
+        })
+        .collect()
+}
+
+async fn lease_token(service: &Service, role: &str) -> Option<FencingToken> {
+    let (_, view, _) = get(&format!("{}/roles/{}", service.url, path_segment(role))).await;
+    view["lease"]["token"].as_str()?.parse().ok()
+}
+
+async fn members(service: &Service, role: &str) -> usize {
+    let (_, view, _) = get(&format!("{}/roles/{}", service.url, path_segment(role))).await;
+    view["members"].as_array().map_or(0, Vec::len)
+}
+
+async fn takes_over(
+    pending: Pending,
+) -> krabka_authority::leadership::Leadership<krabka_authority::kafka::KafkaTransport> {
+    tokio::time::timeout(Duration::from_secs(20), pending)
+        .await
+        .expect("takes over in time")
+        .unwrap()
+        .expect("acquires")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_role_page_after_failovers_draws_every_holding_period_and_keeps_names_text() {
+    let topic = topic(3).await;
+    let service = start(watcher_config(&topic)).await;
+    // Caught up before the role's first record: every change of it is kept.
+    ready(&service).await;
+    let prefix = unique("role-page");
+    let role = format!("{prefix}-<i>\"'&");
+    let hostile = "\"><img src=x onerror=document.title='pwned'></svg><script>document.title='pwned'</script>";
+
+    // node-a holds, resigns: node-b takes over; node-b goes silent: the
+    // hostile member takes over after its deadline; node-a comes back and
+    // takes over when the hostile member resigns.
+    let a = holds(&topic, &role, "node-a").await;
+    let b = candidate(&topic, &role, "node-b").await;
+    let h = candidate(&topic, &role, hostile).await;
+    eventually(|| async { (members(&service, &role).await == 3).then_some(()) }).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let mut periods = vec![("node-a", a.token())];
+    a.resign().await.unwrap();
+    let b = takes_over(b).await;
+    periods.push(("node-b", b.token()));
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    drop(b);
+    let h = takes_over(h).await;
+    periods.push((hostile, h.token()));
+    let a = candidate(&topic, &role, "node-a").await;
+    eventually(|| async { (members(&service, &role).await == 3).then_some(()) }).await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    h.resign().await.unwrap();
+    let a = takes_over(a).await;
+    periods.push(("node-a", a.token()));
+    eventually(|| async { (lease_token(&service, &role).await == Some(a.token())).then_some(()) })
+        .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    // `/` links the role to its page.
+    let index = tokio::task::block_in_place(|| {
+        browse(&format!("{}/?q={prefix}", service.url), &["--dump-dom"])
+    });
+    let hrefs = attributes(&index, "<a href=\"/roles/", "href");
+    assert_eq!(hrefs.len(), 1, "one row links to a role page: {index}");
+    let url = format!("{}{}", service.url, hrefs[0]);
+    assert_eq!(hrefs[0], format!("/roles/{}/page", path_segment(&role)));
+
+    let dom = tokio::task::block_in_place(|| browse(&url, &["--dump-dom"]));
+    let bars: Vec<(String, String)> = attributes(&dom, "<g class=\"holder-bar\"", "data-member")
+        .into_iter()
+        .zip(attributes(&dom, "<g class=\"holder-bar\"", "data-token"))
+        .collect();
+    let expected: Vec<(String, String)> = periods
+        .iter()
+        .map(|(m, t)| ((*m).to_owned(), t.to_string()))
+        .collect();
+    assert_eq!(
+        bars, expected,
+        "one bar per holding period, in order:\n{dom}"
+    );
+    assert_eq!(
+        attributes(&dom, "<g class=\"holder-bar\"", "data-ended"),
+        ["resigned", "expired", "resigned", "holding"]
+    );
+    assert_eq!(dom.matches("<g class=\"epoch-change\"").count(), 3, "{dom}");
+    assert!(dom.contains("no holder: the lease expired"), "{dom}");
+    assert!(dom.contains("no holder: the holder resigned"), "{dom}");
+    assert!(dom.contains("<svg class=\"countdown live\""), "{dom}");
+    assert!(
+        dom.contains("<tr class=\"holder\"><td>holder</td><td class=\"name\"><b>node-a</b>"),
+        "{dom}"
+    );
+
+    // The hostile names stayed text: no element but the page's own, no
+    // script ran (it would have renamed the document), and the names read
+    // back exactly.
+    assert!(!dom.contains("<img") && !dom.contains("<script"), "{dom}");
+    assert_eq!(dom.matches("<svg").count(), 2, "{dom}");
+    assert_eq!(dom.matches("</svg>").count(), 2, "{dom}");
+    let title = &dom[dom.find("<title>").unwrap() + 7..dom.find("</title>").unwrap()];
+    assert_eq!(unescape(title), format!("{role} · krabka-authority"));
+    assert!(!dom.contains("pwned</title>"));
+    let h1 = &dom[dom.find("<h1>").unwrap()..dom.find("</h1>").unwrap()];
+    assert!(
+        unescape(h1).contains(&format!("<code>{role}</code>")),
+        "{h1}"
+    );
+
+    let artifacts = repo().join("target/test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join("role-page.png");
+    let _ = std::fs::remove_file(&shot);
+    tokio::task::block_in_place(|| {
+        browse(
+            &url,
+            &[
+                &format!("--screenshot={}", shot.display()),
+                "--window-size=1280,1100",
+            ],
+        )
+    });
+    let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
+    assert!(size > 1000, "no screenshot at {}", shot.display());
+    eprintln!(
+        "role page screenshot: {} ({size} bytes), periods {expected:?}",
+        shot.display()
+    );
+    drop(a);
 }
 
 /// Kills the demo process however the test ends.

@@ -38,7 +38,7 @@ pub async fn metric(service: &Service, name: &str, labels: &[(&str, &str)]) -> f
         .unwrap_or(0.0)
 }
 
-async fn ready(service: &Service) {
+pub async fn ready(service: &Service) {
     eventually(|| async {
         let (status, _, _) = get(&format!("{}/readyz", service.url)).await;
         (status == 200).then_some(())
@@ -46,7 +46,7 @@ async fn ready(service: &Service) {
     .await;
 }
 
-async fn holds(topic: &str, role: &str, member: &str) -> Leadership<KafkaTransport> {
+pub async fn holds(topic: &str, role: &str, member: &str) -> Leadership<KafkaTransport> {
     let t = Arc::new(transport(topic).await);
     tokio::time::timeout(
         Duration::from_secs(20),

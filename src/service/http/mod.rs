@@ -7,6 +7,7 @@ pub mod authority;
 pub mod extract;
 pub mod ops;
 pub mod problem;
+pub mod role_page;
 pub mod status_page;
 pub mod stream;
 pub mod views;
@@ -62,6 +63,7 @@ routes! {
         POST "/authority/check" => authority::post_check,
         GET "/roles" => views::list_roles,
         GET "/roles/{role}" => views::get_role,
+        GET "/roles/{role}/page" => role_page::page,
         GET "/" => status_page::page,
     }
     streams (Api, bounded: false) {

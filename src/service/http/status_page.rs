@@ -1,6 +1,7 @@
 //! `GET /`: a small server-rendered status page that refreshes itself:
 //! every role with its holder, token, lease countdown, candidates in rank
-//! order and status.
+//! order and status; each role links to its page
+//! ([`super::role_page`]).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -27,6 +28,21 @@ pub fn escape(text: &str) -> String {
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
             c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Percent-encodes `text` as one path segment: everything but RFC 3986's
+/// unreserved characters, so a role named `a/b?c#d` links to its own page
+/// (the router decodes the segment back).
+pub fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
         }
     }
     out
@@ -64,21 +80,43 @@ fn row(out: &mut String, view: &RoleView, now_ms: i64) {
         .collect();
     let _ = write!(
         out,
-        "<tr data-role=\"{role}\"><td class=\"role\">{role}</td><td><span class=\"status {status}\">{status}</span></td>\
+        "<tr data-role=\"{role}\"><td class=\"role\"><a href=\"/roles/{segment}/page\">{role}</a></td><td><span class=\"status {status}\">{status}</span></td>\
          <td class=\"holder\">{holder}</td><td><code>{token}</code></td><td class=\"lease\">{countdown}</td>\
          <td class=\"candidates\">{candidates}</td><td class=\"num\">{failovers}</td></tr>",
         role = escape(state.role()),
+        segment = path_segment(state.role()),
         countdown = countdown(view, now_ms),
         candidates = candidates.join(" → "),
         failovers = view.failovers_in_window,
     );
 }
 
-const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1d1d1f}\
+/// The pages' shared style sheet (inline: the policy loads nothing).
+pub(super) const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1d1d1f}\
 table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.35rem .6rem;border-bottom:1px solid #ddd;vertical-align:top}\
 th{font-size:.8rem;text-transform:uppercase;color:#666}.num{text-align:right}code{font-size:.95em}\
 .status{padding:.1rem .45rem;border-radius:.6rem;font-size:.85rem}.stable{background:#d9f2dd}.flapping{background:#ffe6b3}\
-.leaderless,.vacant{background:#e8e8e8}.stuck{background:#ffd0d0}.muted{color:#777}";
+.leaderless,.vacant{background:#e8e8e8}.stuck{background:#ffd0d0}.muted{color:#777}a{color:#0b57d0}";
+
+/// The pages' policy: nothing loaded, no script, inline style only, never
+/// framed.
+const POLICY: &str = "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'";
+
+/// An HTML page with `status`, never cached, under [`POLICY`].
+pub(super) fn html(status: StatusCode, body: String) -> Response {
+    let mut response = (status, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(POLICY),
+    );
+    response
+}
 
 /// Renders the page for `views` at `now_ms`.
 pub fn render(
@@ -136,26 +174,13 @@ pub async fn page(
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
     let views = state.watcher.all();
-    let html = render(
+    let body = render(
         &state.config.kafka.topic,
         views.as_deref().map_err(String::as_str),
         query.get("q").map(String::as_str).filter(|q| !q.is_empty()),
         state.clock.now_ms(),
     );
-    let mut response = (StatusCode::OK, html).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'",
-        ),
-    );
-    response
+    html(StatusCode::OK, body)
 }
 
 #[cfg(test)]

@@ -323,6 +323,7 @@ async fn with_api_tokens_a_stranger_learns_nothing() {
         ("GET", "/roles/r/authority?token=1:1"),
         ("GET", "/roles"),
         ("GET", "/roles/r"),
+        ("GET", "/roles/r/page"),
         ("GET", "/"),
         ("GET", "/metrics"),
         ("GET", "/nowhere"),
@@ -386,7 +387,13 @@ async fn with_api_tokens_a_stranger_learns_nothing() {
 #[tokio::test]
 async fn every_answer_says_nosniff_and_the_page_cannot_be_framed() {
     let rig = rig();
-    for uri in ["/healthz", "/nowhere", "/roles/r/authority?token=x", "/"] {
+    for uri in [
+        "/healthz",
+        "/nowhere",
+        "/roles/r/authority?token=x",
+        "/",
+        "/roles/r/page",
+    ] {
         let (_, headers, _) = call(&rig.app, get(uri)).await;
         assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{uri}");
         assert!(headers.contains_key("x-request-id"), "{uri}");
@@ -449,6 +456,90 @@ async fn roster_views_follow_the_topic() {
     assert_eq!(body["roles"][0]["holder"], "node-1");
     // The watcher's lease record raised the check path's high-water mark.
     assert_eq!(rig.state.checker.high_water("orders"), Some(token));
+}
+
+#[tokio::test]
+async fn a_role_page_is_html_under_the_strict_policy_with_503_and_404_pages() {
+    let rig = rig();
+    // Not ready: the watcher has not found the topic (it has not run yet).
+    rig.cluster.set_unavailable(Some("the brokers are down"));
+    let (status, headers, body) = call(&rig.app, get("/roles/orders/page")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(headers[header::CONTENT_TYPE], "text/html; charset=utf-8");
+    assert_eq!(headers[header::RETRY_AFTER], "1");
+    assert!(body.as_str().unwrap().contains("Not ready: "), "{body}");
+    rig.cluster.set_unavailable(None);
+    // Ready: an unknown role is a 404 page. Changes from here on are kept.
+    loop {
+        let (status, headers, body) = call(&rig.app, get("/roles/orders/page")).await;
+        if status == StatusCode::NOT_FOUND {
+            assert_eq!(headers[header::CONTENT_TYPE], "text/html; charset=utf-8");
+            assert!(headers.contains_key(header::CONTENT_SECURITY_POLICY));
+            assert!(
+                body.as_str()
+                    .unwrap()
+                    .contains("holds no record of role <code>orders</code>"),
+                "{body}"
+            );
+            break;
+        }
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let member = rig.cluster.transport();
+    member.register("orders", "node-1", 1).await.unwrap();
+    let token = member.acquire_epoch("orders", LEASE).await.unwrap();
+    member
+        .write_lease("orders", token, &lease("node-1", token))
+        .await
+        .unwrap();
+    let (headers, page) = loop {
+        let (status, headers, body) = call(&rig.app, get("/roles/orders/page")).await;
+        if status == StatusCode::OK && body.as_str().is_some_and(|b| b.contains("Held by")) {
+            break (headers, body.as_str().unwrap().to_owned());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(headers[header::CONTENT_TYPE], "text/html; charset=utf-8");
+    assert_eq!(headers[header::CACHE_CONTROL], "no-store");
+    assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+    assert!(headers.contains_key("x-request-id"));
+    assert!(headers.contains_key("x-krabka-view-offset"));
+    let csp = headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && !csp.contains("script"),
+        "{csp}"
+    );
+    assert!(page.contains("<b>node-1</b> under token"), "{page}");
+    assert!(page.contains(&format!("<code>{token}</code>")));
+    assert!(page.contains("<svg class=\"countdown live\""), "{page}");
+    assert_eq!(
+        page.matches("class=\"holder-bar\"").count(),
+        1,
+        "the lease was written after the service caught up: {page}"
+    );
+    assert!(!page.contains("<script"));
+
+    // `/` links each row to its role's page.
+    let (_, _, index) = call(&rig.app, get("/")).await;
+    assert!(
+        index
+            .as_str()
+            .unwrap()
+            .contains("<a href=\"/roles/orders/page\">orders</a>"),
+        "{index}"
+    );
+
+    // A role name that needs escaping in a path still reaches its page.
+    let (status, _, body) = call(&rig.app, get("/roles/%3Cb%3E%22x/page")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        body.as_str()
+            .unwrap()
+            .contains("<code>&lt;b&gt;&quot;x</code>"),
+        "{body}"
+    );
 }
 
 fn method() -> impl Strategy<Value = &'static str> {

@@ -192,7 +192,8 @@ fn staleness(view: &RoleView) -> Staleness {
     }
 }
 
-fn view_headers(headers: &mut HeaderMap, offset: i64, age_ms: u64) {
+/// The view's read position and age, as headers.
+pub(super) fn view_headers(headers: &mut HeaderMap, offset: i64, age_ms: u64) {
     headers.insert("x-krabka-view-offset", HeaderValue::from(offset));
     headers.insert("x-krabka-view-age-ms", HeaderValue::from(age_ms));
 }
