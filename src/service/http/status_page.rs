@@ -51,10 +51,15 @@ pub fn path_segment(text: &str) -> String {
 fn countdown(view: &RoleView, now_ms: i64) -> String {
     match view.state.lease() {
         None => "—".into(),
-        Some(l) if now_ms >= l.deadline => {
-            format!("expired {:.1} s ago", (now_ms - l.deadline) as f64 / 1000.0)
-        }
-        Some(l) => format!("{:.1} s left", (l.deadline - now_ms) as f64 / 1000.0),
+        // A deadline is whatever i64 a record holds: no overflow.
+        Some(l) if now_ms >= l.deadline => format!(
+            "expired {:.1} s ago",
+            now_ms.saturating_sub(l.deadline) as f64 / 1000.0
+        ),
+        Some(l) => format!(
+            "{:.1} s left",
+            l.deadline.saturating_sub(now_ms) as f64 / 1000.0
+        ),
     }
 }
 
@@ -195,6 +200,40 @@ mod tests {
             "&lt;a href=&#39;x&#39;&gt;&amp;&quot;&lt;/a&gt;"
         );
         assert_eq!(escape("plain ünïcödé"), "plain ünïcödé");
+    }
+
+    #[test]
+    fn an_extreme_deadline_prints_without_overflow() {
+        let record = |deadline: i64| crate::coordination::LogRecord {
+            offset: 0,
+            key: crate::coordination::encode_key(&crate::coordination::Key::lease("r"))
+                .unwrap()
+                .into(),
+            value: Some(
+                crate::coordination::encode_lease(&crate::coordination::Lease {
+                    member: "m".into(),
+                    token: crate::coordination::FencingToken::new(1, 1).unwrap(),
+                    granted_at: 0,
+                    deadline,
+                })
+                .unwrap()
+                .into(),
+            ),
+        };
+        for deadline in [i64::MIN, i64::MAX] {
+            let state = RoleState::from_records("r", &[record(deadline)]);
+            let view = RoleView {
+                state: std::sync::Arc::new(state),
+                partition: 0,
+                offset: 0,
+                age: std::time::Duration::ZERO,
+                refreshed_at_ms: 0,
+                status: None,
+                failovers_in_window: 0,
+                coordinator: None,
+            };
+            assert!(countdown(&view, 1_000).contains(" s "));
+        }
     }
 
     #[test]
