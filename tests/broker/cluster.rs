@@ -669,7 +669,7 @@ async fn a_broker_hung_for_20_seconds() {
     let resumed = Instant::now();
     tokio::time::sleep(Duration::from_secs(8)).await;
     let answers = load.finish().await;
-    let wrong = wrong(&answers, &known);
+    let wrong = wrong(&answers, known);
     let outages = unavailable(&answers, paused);
     let recovered: BTreeMap<&String, Duration> = outages
         .iter()
@@ -789,7 +789,7 @@ async fn a_rolling_restart() {
     );
     assert!(wrong.is_empty(), "wrong verdicts: {wrong:?}");
     members
-        .wait_for_holders(&roles, Duration::from_secs(20))
+        .wait_for_holders(roles, Duration::from_secs(20))
         .await;
     let last = answers
         .iter()
