@@ -342,7 +342,11 @@ impl KafkaClient {
         Some(result.map(|(response, _)| {
             let answers: HashMap<_, _> = answers(response).into_iter().collect();
             for (key, answer) in &answers {
-                if let Ok(broker) = answer {
+                // Almost always the broker asked: nothing to learn (and no
+                // cache write on the hot path).
+                if let Ok(broker) = answer
+                    && broker != at
+                {
                     self.core.coordinators.learn(key, broker.clone());
                 }
             }

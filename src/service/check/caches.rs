@@ -126,8 +126,13 @@ impl Caches {
 
     /// Raises the high-water mark of `role` to `pair` (never lowers it).
     pub fn raise(&self, cluster: &Cluster, role: &str, pair: FencingToken) {
+        let key = (cluster.clone(), role.to_owned());
+        // Most checks see the mark they raised before: a read, no write.
+        if self.high_water.get(&key).is_some_and(|seen| seen >= pair) {
+            return;
+        }
         self.high_water
-            .entry((cluster.clone(), role.to_owned()))
+            .entry(key)
             .and_upsert_with(|seen| match seen {
                 Some(seen) if *seen.value() >= pair => *seen.value(),
                 _ => pair,
