@@ -92,7 +92,7 @@ pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {
     fn tail(&self, topic: &str, from: Vec<i64>, long_poll: Duration) -> mpsc::Receiver<Tailed>;
 
     /// The cluster's id, once known: cached answers are tied to it.
-    fn cluster_id(&self) -> Option<String>;
+    fn cluster_id(&self) -> Option<std::sync::Arc<str>>;
 
     /// Bytes of role names the client remembers (their coordinators), for
     /// the metric of that bounded memory.

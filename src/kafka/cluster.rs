@@ -66,8 +66,8 @@ impl Cluster for KafkaClient {
         KafkaClient::tail(self, topic, from, long_poll)
     }
 
-    fn cluster_id(&self) -> Option<String> {
-        KafkaClient::cluster_id(self)
+    fn cluster_id(&self) -> Option<std::sync::Arc<str>> {
+        self.core.metadata.cluster_id()
     }
 
     fn remembered_bytes(&self) -> u64 {

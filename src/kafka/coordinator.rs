@@ -14,11 +14,12 @@
 //!   broker is in reconnect backoff.
 //!
 //! What is remembered is bounded: the coordinator table by the bytes of its
-//! ids (least recently used first out, idle entries expire), the per-key
-//! backoffs by count.
+//! ids (half of it dropped when full: a lost entry costs a lookup), the
+//! per-key backoffs by count.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
@@ -29,6 +30,7 @@ use tokio::time::Instant;
 
 use super::client::{Broker, ClientConfig, KafkaClient, lock};
 use super::error::KafkaError;
+use crate::bounded::BoundedMap;
 
 /// FindCoordinator key type of a transactional id.
 const TRANSACTION: i8 = 1;
@@ -79,8 +81,11 @@ struct Lookups {
 /// The coordinator table and the lookups in flight.
 #[derive(Debug)]
 pub(crate) struct Coordinators {
-    known: Cache<String, Broker>,
+    known: BoundedMap<Broker>,
     suspects: Mutex<HashMap<String, Gate>>,
+    /// True while `suspects` holds any broker: checks of a healthy
+    /// cluster skip its lock.
+    any_suspect: AtomicBool,
     key_gates: Cache<String, (Gate, KafkaError)>,
     lookups: Mutex<Lookups>,
     base: Duration,
@@ -90,14 +95,9 @@ pub(crate) struct Coordinators {
 impl Coordinators {
     pub(crate) fn new(config: &ClientConfig) -> Coordinators {
         Coordinators {
-            known: Cache::builder()
-                .max_capacity(config.coordinator_cache_bytes)
-                .weigher(|key: &String, broker: &Broker| {
-                    u32::try_from(key.len() + broker.addr.len() + 64).unwrap_or(u32::MAX)
-                })
-                .time_to_idle(IDLE)
-                .build(),
+            known: BoundedMap::new(config.coordinator_cache_bytes),
             suspects: Mutex::default(),
+            any_suspect: AtomicBool::new(false),
             key_gates: Cache::builder()
                 .max_capacity(MAX_KEY_GATES)
                 .time_to_idle(IDLE)
@@ -112,39 +112,43 @@ impl Coordinators {
     /// again, at most once per backoff.
     pub(crate) fn suspect(&self, addr: &str) {
         lock(&self.suspects).entry(addr.to_owned()).or_default();
+        self.any_suspect.store(true, Ordering::Release);
     }
 
     /// The broker at `addr` answered: it is no longer suspect.
     pub(crate) fn trust(&self, addr: &str) {
-        let mut suspects = lock(&self.suspects);
-        if !suspects.is_empty() {
-            suspects.remove(addr);
+        if !self.any_suspect.load(Ordering::Acquire) {
+            return;
         }
+        let mut suspects = lock(&self.suspects);
+        suspects.remove(addr);
+        self.any_suspect
+            .store(!suspects.is_empty(), Ordering::Release);
     }
 
     /// Forgets the coordinator of `key` (after 15/16, or when another broker
     /// names a different one).
     pub(crate) fn forget(&self, key: &str) {
-        self.known.invalidate(key);
+        self.known.remove(key);
     }
 
     /// Learns that `broker` coordinates `key`.
     pub(crate) fn learn(&self, key: &str, broker: Broker) {
         self.key_gates.invalidate(key);
-        self.known.insert(key.to_owned(), broker);
+        self.known.insert(key, broker);
     }
 
     /// Forgets everything (the cluster changed).
     pub(crate) fn clear(&self) {
-        self.known.invalidate_all();
+        self.known.clear();
         self.key_gates.invalidate_all();
         lock(&self.suspects).clear();
+        self.any_suspect.store(false, Ordering::Release);
     }
 
     /// Bytes of ids remembered, for metrics.
     pub(crate) fn weighted_size(&self) -> u64 {
-        self.known.run_pending_tasks();
-        self.known.weighted_size()
+        self.known.size().1
     }
 }
 
@@ -193,6 +197,18 @@ impl KafkaClient {
         let table = &self.core.coordinators;
         let now = Instant::now();
         let mut found = HashMap::with_capacity(keys.len());
+        // The common case, a healthy cluster and known ids: no lock but the
+        // table's shared one.
+        if !table.any_suspect.load(Ordering::Acquire) {
+            for key in keys {
+                if let Some(broker) = table.known.get(key) {
+                    found.insert(key.clone(), Ok(broker));
+                }
+            }
+            if found.len() == keys.len() {
+                return found;
+            }
+        }
         let mut waits = Vec::new();
         let mut start = false;
         {
@@ -328,31 +344,56 @@ impl KafkaClient {
 
     /// Asks a broker other than `at` which broker coordinates each of
     /// `keys`: the confirmation that `at`'s answers are current (see
-    /// `describe`). Learns the answers. `None` when the cluster never had a
-    /// second broker, so a coordinator cannot have moved.
+    /// `describe`). Learns the answers that name another broker. `None`
+    /// when the cluster never had a second broker, so a coordinator cannot
+    /// have moved.
     pub(crate) async fn confirm_coordinators(
         &self,
         keys: &[String],
         at: &Broker,
-    ) -> Option<Result<HashMap<String, Result<Broker, KafkaError>>, KafkaError>> {
+    ) -> Option<Result<HashMap<String, Named>, KafkaError>> {
         if !self.core.metadata.is_multi_broker() {
             return None;
         }
         let result = self.send_any(&request(keys), &[at.addr.as_str()]).await;
         Some(result.map(|(response, _)| {
-            let answers: HashMap<_, _> = answers(response).into_iter().collect();
-            for (key, answer) in &answers {
-                // Almost always the broker asked: nothing to learn (and no
-                // cache write on the hot path).
-                if let Ok(broker) = answer
-                    && broker != at
-                {
-                    self.core.coordinators.learn(key, broker.clone());
-                }
-            }
-            answers
+            response
+                .coordinators
+                .into_iter()
+                .map(|c| {
+                    let named = if c.error_code != 0 {
+                        Named::Failed(KafkaError::broker(
+                            "FindCoordinator",
+                            c.error_code,
+                            c.error_message.map(|m| m.to_string()),
+                        ))
+                    } else if c.node_id.0 == at.id {
+                        // Almost always: nothing to build, nothing to learn.
+                        Named::Same
+                    } else {
+                        let broker = Broker {
+                            id: c.node_id.0,
+                            addr: format!("{}:{}", c.host.as_str(), c.port),
+                        };
+                        self.core.coordinators.learn(c.key.as_str(), broker.clone());
+                        Named::Other(broker)
+                    };
+                    (c.key.to_string(), named)
+                })
+                .collect()
         }))
     }
+}
+
+/// What a confirmation says of one id's coordinator.
+#[derive(Clone, Debug)]
+pub(crate) enum Named {
+    /// The broker that answered the describe.
+    Same,
+    /// Another broker: the id moved.
+    Other(Broker),
+    /// The confirming broker could not say.
+    Failed(KafkaError),
 }
 
 #[cfg(test)]
@@ -388,6 +429,6 @@ mod tests {
         }
         let size = table.weighted_size();
         assert!(size <= 100_000, "{size} bytes remembered");
-        assert!(table.known.entry_count() < 100);
+        assert!(table.known.size().0 < 100);
     }
 }

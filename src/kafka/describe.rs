@@ -56,6 +56,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::client::{Broker, KafkaClient, StaleReason, lock};
+use super::coordinator::Named;
 use super::error::{KafkaError, TRANSACTIONAL_ID_NOT_FOUND};
 use super::retry::Retry;
 use crate::coordination::FencingToken;
@@ -356,8 +357,8 @@ impl KafkaClient {
             let reason = match &confirmed {
                 Err(why) => why.clone(),
                 Ok(confirmed) => match confirmed.get(id) {
-                    Some(Ok(named)) if named.addr == coordinator.addr => continue,
-                    Some(Ok(named)) => {
+                    Some(Named::Same) => continue,
+                    Some(Named::Other(named)) => {
                         tracing::warn!(
                             id = %id,
                             broker = %coordinator.addr,
@@ -369,7 +370,7 @@ impl KafkaClient {
                         }
                         format!("another broker names {} as its coordinator", named.addr)
                     }
-                    Some(Err(e)) => format!("the confirmation failed: {e}"),
+                    Some(Named::Failed(e)) => format!("the confirmation failed: {e}"),
                     None => "the confirmation answered nothing for it".to_owned(),
                 },
             };

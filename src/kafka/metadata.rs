@@ -64,7 +64,7 @@ pub(crate) struct Leader {
 struct View {
     brokers: HashMap<i32, String>,
     topics: HashMap<String, (TopicMeta, Instant)>,
-    cluster_id: Option<String>,
+    cluster_id: Option<std::sync::Arc<str>>,
     /// The most brokers ever listed at once: more than one means
     /// coordinators can move.
     most_brokers: usize,
@@ -113,6 +113,11 @@ impl Metadata {
     /// Every known broker address.
     pub(crate) fn broker_addrs(&self) -> Vec<String> {
         self.read().brokers.values().cloned().collect()
+    }
+
+    /// The cluster's id, once known.
+    pub(crate) fn cluster_id(&self) -> Option<std::sync::Arc<str>> {
+        self.read().cluster_id.clone()
     }
 
     /// True once more than one broker was ever listed: a coordinator may
@@ -195,7 +200,8 @@ impl KafkaClient {
         let now = Instant::now();
         let changed = {
             let mut view = self.core.metadata.write();
-            let id = response.cluster_id.as_ref().map(|c| c.to_string());
+            let id: Option<std::sync::Arc<str>> =
+                response.cluster_id.as_ref().map(|c| c.as_str().into());
             let changed = match (&view.cluster_id, &id) {
                 (Some(old), Some(new)) if old != new => {
                     tracing::warn!(old = %old, new = %new, "the cluster id changed: the bootstrap servers lead to another cluster; forgetting everything learned of the old one");
@@ -271,7 +277,7 @@ impl KafkaClient {
 
     /// The id of the cluster, once metadata was fetched.
     pub fn cluster_id(&self) -> Option<String> {
-        self.core.metadata.read().cluster_id.clone()
+        self.core.metadata.cluster_id().map(|id| id.to_string())
     }
 
     /// The known brokers by id.

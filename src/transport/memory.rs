@@ -269,8 +269,8 @@ impl Cluster for MemoryCluster {
         rx
     }
 
-    fn cluster_id(&self) -> Option<String> {
-        Some(self.lock().cluster_id.clone())
+    fn cluster_id(&self) -> Option<Arc<str>> {
+        Some(self.lock().cluster_id.as_str().into())
     }
 }
 

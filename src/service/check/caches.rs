@@ -16,15 +16,12 @@
 //! another cluster (rebuilt, disaster recovery), nothing learned of the old
 //! one is used, and both are cleared.
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, RwLock};
 
 use moka::sync::Cache;
 
+use crate::bounded::BoundedMap;
 use crate::coordination::FencingToken;
-
-/// How long an unused high-water mark is kept.
-const HIGH_WATER_IDLE: Duration = Duration::from_secs(3600);
 
 /// What was learned when a token was found superseded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,8 +40,9 @@ type Cluster = Arc<str>;
 #[derive(Debug)]
 pub struct Caches {
     superseded: Cache<(Cluster, String, FencingToken), SupersededBy>,
-    high_water: Cache<(Cluster, String), FencingToken>,
-    cluster: Mutex<Option<Cluster>>,
+    /// Of the current cluster only (cleared when it changes).
+    high_water: BoundedMap<FencingToken>,
+    cluster: RwLock<Option<Cluster>>,
 }
 
 impl Caches {
@@ -62,24 +60,27 @@ impl Caches {
                     },
                 )
                 .build(),
-            high_water: Cache::builder()
-                .max_capacity(high_water_bytes)
-                .weigher(|(_, role): &(Cluster, String), _: &FencingToken| {
-                    u32::try_from(role.len() + 64).unwrap_or(u32::MAX)
-                })
-                .time_to_idle(HIGH_WATER_IDLE)
-                .build(),
-            cluster: Mutex::default(),
+            high_water: BoundedMap::new(high_water_bytes),
+            cluster: RwLock::default(),
         }
     }
 
     /// Follows the cluster's id: a new id clears everything. Returns the id
     /// to key entries by, `None` while it is unknown (nothing is cached then).
-    pub fn cluster(&self, id: Option<String>) -> Option<Cluster> {
+    pub fn cluster(&self, id: Option<Arc<str>>) -> Option<Cluster> {
         let id = id?;
+        if let Some(known) = self
+            .cluster
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .filter(|known| ***known == *id)
+        {
+            return Some(known.clone());
+        }
         let mut cluster = self
             .cluster
-            .lock()
+            .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match cluster.as_ref() {
             Some(known) if **known == *id => Some(known.clone()),
@@ -87,9 +88,8 @@ impl Caches {
                 if let Some(old) = known {
                     tracing::warn!(old = %old, new = %id, "the cluster id changed; forgetting superseded tokens and high-water marks of the old cluster");
                     self.superseded.invalidate_all();
-                    self.high_water.invalidate_all();
+                    self.high_water.clear();
                 }
-                let id: Cluster = id.into();
                 *cluster = Some(id.clone());
                 Some(id)
             }
@@ -119,31 +119,30 @@ impl Caches {
             .insert((cluster.clone(), role.to_owned(), token), by);
     }
 
-    /// The highest pair seen for `role`.
-    pub fn high_water(&self, cluster: &Cluster, role: &str) -> Option<FencingToken> {
-        self.high_water.get(&(cluster.clone(), role.to_owned()))
+    /// The highest pair seen for `role` (in `cluster`, the current one).
+    pub fn high_water(&self, _cluster: &Cluster, role: &str) -> Option<FencingToken> {
+        self.high_water.get(role)
     }
 
     /// Raises the high-water mark of `role` to `pair` (never lowers it).
-    pub fn raise(&self, cluster: &Cluster, role: &str, pair: FencingToken) {
-        let key = (cluster.clone(), role.to_owned());
+    pub fn raise(&self, _cluster: &Cluster, role: &str, pair: FencingToken) {
         // Most checks see the mark they raised before: a read, no write.
-        if self.high_water.get(&key).is_some_and(|seen| seen >= pair) {
+        if self.high_water.get(role).is_some_and(|seen| seen >= pair) {
             return;
         }
-        self.high_water
-            .entry(key)
-            .and_upsert_with(|seen| match seen {
-                Some(seen) if *seen.value() >= pair => *seen.value(),
-                _ => pair,
-            });
+        self.high_water.update(role, |seen| match seen {
+            Some(seen) if *seen >= pair => Some(*seen),
+            _ => Some(pair),
+        });
     }
 
     /// Entries of each cache, for metrics.
     pub fn sizes(&self) -> (u64, u64) {
         self.superseded.run_pending_tasks();
-        self.high_water.run_pending_tasks();
-        (self.superseded.entry_count(), self.high_water.entry_count())
+        (
+            self.superseded.entry_count(),
+            self.high_water.size().0 as u64,
+        )
     }
 }
 

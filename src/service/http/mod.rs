@@ -19,7 +19,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderName, HeaderValue, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, on};
 use tower::ServiceBuilder;
@@ -27,7 +27,6 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
-use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
@@ -120,24 +119,33 @@ async fn method_not_allowed(State(state): State<Arc<AppState>>, request: Request
     problem.into_response()
 }
 
-/// RFC 9112 §3.2: an HTTP/1.1 request without exactly one `Host` header
-/// is refused with 400.
-async fn require_host(request: Request, next: axum::middleware::Next) -> Response {
-    if request.version() == axum::http::Version::HTTP_11
+/// What every answer passes through, in one layer:
+/// - RFC 9112 §3.2: an HTTP/1.1 request without exactly one `Host` header
+///   is refused with 400;
+/// - a 401 says nothing of the path: no `Allow` header, which axum adds to
+///   the answers of a known path asked with another method;
+/// - `X-Content-Type-Options: nosniff` and `Referrer-Policy: no-referrer`.
+async fn edge(request: Request, next: axum::middleware::Next) -> Response {
+    let mut response = if request.version() == axum::http::Version::HTTP_11
         && request.headers().get_all(header::HOST).iter().count() != 1
     {
-        return Problem::invalid("Host", "an HTTP/1.1 request needs exactly one Host header")
-            .into_response();
+        Problem::invalid("Host", "an HTTP/1.1 request needs exactly one Host header")
+            .into_response()
+    } else {
+        next.run(request).await
+    };
+    let refused = response.status() == axum::http::StatusCode::UNAUTHORIZED;
+    let headers = response.headers_mut();
+    if refused {
+        headers.remove(header::ALLOW);
     }
-    next.run(request).await
-}
-
-/// A 401 says nothing of the path: no `Allow` header, which axum adds to
-/// the answers of a known path asked with another method.
-async fn hide_allowed(mut response: Response) -> Response {
-    if response.status() == axum::http::StatusCode::UNAUTHORIZED {
-        response.headers_mut().remove(header::ALLOW);
-    }
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers
+        .entry(header::REFERRER_POLICY)
+        .or_insert(HeaderValue::from_static("no-referrer"));
     response
 }
 
@@ -156,11 +164,16 @@ pub fn router(state: Arc<AppState>) -> Router {
     let timeout = http.request_timeout + Duration::from_secs(1);
     let retry_after = http.retry_after_secs();
     let mut app = Router::new();
+    let tokens = state.api_tokens.is_some();
     for (access, bounded, group) in groups() {
-        let mut group = group.route_layer(axum::middleware::from_fn_with_state(
-            (state.clone(), access),
-            auth::require_token,
-        ));
+        let mut group = group;
+        // Without tokens (configured at start-up or never) nothing to check.
+        if tokens {
+            group = group.route_layer(axum::middleware::from_fn_with_state(
+                (state.clone(), access),
+                auth::require_token,
+            ));
+        }
         if bounded {
             group = group
                 // A slow body cannot hold a request open past the timeout.
@@ -190,8 +203,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     // its method router, where axum adds `Allow` after the layer has run.
     Router::new()
         .fallback_service(routes)
-        .layer(axum::middleware::map_response(hide_allowed))
-        .layer(axum::middleware::from_fn(require_host))
+        .layer(axum::middleware::from_fn(edge))
         .layer(DefaultBodyLimit::max(http.max_body_bytes))
         .layer(
             ServiceBuilder::new()
@@ -207,14 +219,6 @@ pub fn router(state: Arc<AppState>) -> Router {
                     }),
                 )
                 .layer(PropagateRequestIdLayer::x_request_id())
-                .layer(SetResponseHeaderLayer::overriding(
-                    header::X_CONTENT_TYPE_OPTIONS,
-                    HeaderValue::from_static("nosniff"),
-                ))
-                .layer(SetResponseHeaderLayer::if_not_present(
-                    HeaderName::from_static("referrer-policy"),
-                    HeaderValue::from_static("no-referrer"),
-                ))
                 .layer(CatchPanicLayer::custom(panicked)),
         )
 }

@@ -187,7 +187,7 @@ impl Watcher {
         self.role_metrics.roles.set(0);
     }
 
-    async fn cluster_changed(&self, at_start: Option<String>) {
+    async fn cluster_changed(&self, at_start: Option<Arc<str>>) {
         loop {
             tokio::time::sleep(self.config.poll_interval).await;
             let now = self.cluster.cluster_id();
