@@ -1,7 +1,7 @@
 """bench/run --cluster: the section "On a three-broker cluster" of
 docs/benchmarks.md, from one run.
 
-    bench/run --cluster                 # about 5 minutes (the first run also builds BENCH_BEFORE)
+    bench/run --cluster                 # about 6 minutes (the first run also builds BENCH_BEFORE)
     BENCH_SECONDS=4 bench/run --cluster # shorter load phases (the failures keep their length)
     bench/run --cluster --report-only   # rewrite the section from target/bench-cluster-results.json
 
@@ -634,6 +634,10 @@ def report(results):
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2))
     section = render(results)
+    notes = ROOT / "docs/benchmarks-cluster-notes.md"
+    if notes.exists():
+        # Hand-written reading of one run's figures, as docs/benchmarks-notes.md.
+        section += "\n" + notes.read_text()
     write_doc(cluster=section)
     print(section)
     say("wrote docs/benchmarks.md (its cluster section) and", RESULTS.relative_to(ROOT))
