@@ -1,5 +1,6 @@
 package bench;
 
+import java.io.BufferedWriter;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -11,6 +12,7 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
@@ -32,12 +34,21 @@ import org.apache.kafka.common.errors.TransactionalIdNotFoundException;
  *
  * <pre>
  * describe-load --bootstrap HOST:PORT --roles-file FILE --concurrency N --duration SECONDS [--warmup SECONDS]
+ *               [--rate CHECKS_PER_SECOND] [--events FILE] [--set ADMIN_KEY=VALUE ...]
  * </pre>
  *
  * FILE: one line per role, {@code <role> <producerId>:<epoch>}; blank lines and lines starting
  * with '#' are skipped. Exactly N checks are outstanding at all times (a semaphore of N permits;
  * the completion callback releases the permit and the issuing thread immediately sends the next
  * check). Prints one JSON line on stdout; logs go to stderr.
+ *
+ * With {@code --rate R} the load is an open loop instead: one check every 1/R s, whatever the
+ * answers (at most N outstanding; the issuer waits for a permit when N are). With
+ * {@code --events FILE} every check that completes, warm-up included, is written to FILE as
+ * {@code <issued epoch ms> <completed epoch ms> <role> <outcome>}, outcome one of {@code ok},
+ * {@code mismatch}, {@code vacant}, {@code error:<exception class>}: what a failure benchmark
+ * needs to tell when checks of some roles were correct again. {@code --set key=value} overrides
+ * an Admin client setting (repeatable), e.g. {@code --set request.timeout.ms=5000}.
  *
  * Peer cost, on purpose not "optimized": the AdminClient keeps no coordinator cache between
  * calls. Every describeTransactions call builds a fresh AdminApiDriver whose CoordinatorStrategy
@@ -67,12 +78,18 @@ public final class DescribeLoad {
     private final LongAdder errors = new LongAdder();
     private final Map<String, AtomicLong> errorKinds = new ConcurrentHashMap<>();
     private volatile int phase = WARMUP;
+    /** Checks per second of the open loop; 0: a closed loop. */
+    private final double rate;
+    /** Completed checks for --events, or null. */
+    private final ConcurrentLinkedQueue<String> events;
 
-    private DescribeLoad(Admin admin, List<Role> roles, int concurrency) {
+    private DescribeLoad(Admin admin, List<Role> roles, int concurrency, double rate, boolean events) {
         this.admin = admin;
         this.roles = roles;
         this.concurrency = concurrency;
         this.inFlight = new Semaphore(concurrency);
+        this.rate = rate;
+        this.events = events ? new ConcurrentLinkedQueue<>() : null;
     }
 
     public static void main(String[] argv) throws Exception {
@@ -81,6 +98,11 @@ public final class DescribeLoad {
         int concurrency = 1;
         double duration = 10;
         double warmup = 2;
+        double rate = 0;
+        String eventsFile = null;
+        Properties props = new Properties();
+        props.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, 10_000);
+        props.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, 15_000);
         for (int i = 0; i < argv.length; i++) {
             String a = argv[i];
             switch (a) {
@@ -89,6 +111,14 @@ public final class DescribeLoad {
                 case "--concurrency" -> concurrency = Integer.parseInt(value(argv, ++i, a));
                 case "--duration" -> duration = Double.parseDouble(value(argv, ++i, a));
                 case "--warmup" -> warmup = Double.parseDouble(value(argv, ++i, a));
+                case "--rate" -> rate = Double.parseDouble(value(argv, ++i, a));
+                case "--events" -> eventsFile = value(argv, ++i, a);
+                case "--set" -> {
+                    String kv = value(argv, ++i, a);
+                    int eq = kv.indexOf('=');
+                    if (eq <= 0) fail("--set needs KEY=VALUE, got: " + kv);
+                    props.put(kv.substring(0, eq), kv.substring(eq + 1));
+                }
                 case "-h", "--help" -> {
                     usage();
                     return;
@@ -99,31 +129,44 @@ public final class DescribeLoad {
         if (bootstrap == null || rolesFile == null) fail("--bootstrap and --roles-file are required");
         if (concurrency < 1) fail("--concurrency must be >= 1");
         if (duration <= 0 || warmup < 0) fail("--duration must be > 0 and --warmup >= 0");
+        if (rate < 0) fail("--rate must be >= 0");
 
         List<Role> roles = readRoles(Path.of(rolesFile));
         if (roles.isEmpty()) fail("no roles in " + rolesFile);
 
-        Properties props = new Properties();
         props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        props.put(AdminClientConfig.CLIENT_ID_CONFIG, "describe-load");
-        props.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, 10_000);
-        props.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, 15_000);
+        props.putIfAbsent(AdminClientConfig.CLIENT_ID_CONFIG, "describe-load");
+        System.err.println("describe-load: admin settings " + new java.util.TreeMap<>(props));
 
         try (Admin admin = Admin.create(props)) {
-            String json = new DescribeLoad(admin, roles, concurrency).run(warmup, duration);
+            DescribeLoad load = new DescribeLoad(admin, roles, concurrency, rate, eventsFile != null);
+            String json = load.run(warmup, duration);
+            if (eventsFile != null) load.writeEvents(Path.of(eventsFile));
             System.out.println(json);
             System.out.flush();
         }
     }
 
+    private void writeEvents(Path file) throws IOException {
+        try (BufferedWriter w = Files.newBufferedWriter(file, StandardCharsets.UTF_8)) {
+            for (String line : events) {
+                w.write(line);
+                w.newLine();
+            }
+        }
+    }
+
     private String run(double warmupSeconds, double durationSeconds) throws InterruptedException {
-        System.err.printf(Locale.ROOT, "describe-load: %d roles, concurrency %d, warmup %.1fs, duration %.1fs%n",
-                roles.size(), concurrency, warmupSeconds, durationSeconds);
+        System.err.printf(Locale.ROOT, "describe-load: %d roles, concurrency %d, warmup %.1fs, duration %.1fs%s%n",
+                roles.size(), concurrency, warmupSeconds, durationSeconds,
+                rate > 0 ? String.format(Locale.ROOT, ", open loop at %.1f checks/s", rate) : "");
         long start = System.nanoTime();
         long measureStart = start + (long) (warmupSeconds * 1e9);
         long measureEnd = measureStart + (long) (durationSeconds * 1e9);
         boolean measuring = false;
         int next = 0;
+        long period = rate > 0 ? (long) (1e9 / rate) : 0;
+        long tick = start;
         // One issuing thread; completions arrive on the admin client's network thread.
         while (true) {
             long now = System.nanoTime();
@@ -135,6 +178,14 @@ public final class DescribeLoad {
             }
             if (measuring && now >= measureEnd) break;
             long until = (measuring ? measureEnd : measureStart) - now;
+            if (period > 0) {
+                // Open loop: wait for the next tick; a late issuer does not burst to catch up.
+                if (tick > now) {
+                    TimeUnit.NANOSECONDS.sleep(Math.min(tick - now, until));
+                    continue;
+                }
+                tick = now - tick > period ? now + period : tick + period;
+            }
             if (!inFlight.tryAcquire(until, TimeUnit.NANOSECONDS)) continue;
             Role role = roles.get(next);
             next = (next + 1) % roles.size();
@@ -164,19 +215,32 @@ public final class DescribeLoad {
 
     private void issue(Role role) {
         long t0 = System.nanoTime();
+        long issuedMs = System.currentTimeMillis();
         KafkaFuture<TransactionDescription> f;
         try {
             f = admin.describeTransactions(List.of(role.id())).description(role.id());
         } catch (RuntimeException e) {
-            complete(role, t0, null, e);
+            complete(role, t0, issuedMs, null, e);
             return;
         }
-        f.whenComplete((d, e) -> complete(role, t0, d, e));
+        f.whenComplete((d, e) -> complete(role, t0, issuedMs, d, e));
     }
 
-    private void complete(Role role, long t0, TransactionDescription d, Throwable e) {
+    private void complete(Role role, long t0, long issuedMs, TransactionDescription d, Throwable e) {
         long latency = System.nanoTime() - t0;
         try {
+            if (events != null) {
+                String outcome;
+                if (e == null) {
+                    outcome = d.producerId() == role.producerId() && d.producerEpoch() == role.epoch()
+                            ? "ok" : "mismatch";
+                } else {
+                    Throwable cause = unwrap(e);
+                    outcome = cause instanceof TransactionalIdNotFoundException
+                            ? "vacant" : "error:" + cause.getClass().getSimpleName();
+                }
+                events.add(issuedMs + " " + System.currentTimeMillis() + " " + role.id() + " " + outcome);
+            }
             if (phase != MEASURE) return;
             recorder.recordValue(latency);
             if (e == null) {
@@ -235,7 +299,8 @@ public final class DescribeLoad {
 
     private static void usage() {
         System.err.println("usage: describe-load --bootstrap HOST:PORT --roles-file FILE --concurrency N"
-                + " --duration SECONDS [--warmup SECONDS]");
+                + " --duration SECONDS [--warmup SECONDS] [--rate CHECKS_PER_SECOND] [--events FILE]"
+                + " [--set ADMIN_KEY=VALUE ...]");
     }
 
     static void fail(String message) {
