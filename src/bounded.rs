@@ -98,6 +98,17 @@ impl<V: Clone> BoundedMap<V> {
         inner.bytes = 0;
     }
 
+    /// Up to `most` keys whose value satisfies `keep`.
+    pub(crate) fn keys_where(&self, most: usize, keep: impl Fn(&V) -> bool) -> Vec<String> {
+        self.read()
+            .map
+            .iter()
+            .filter(|(_, v)| keep(v))
+            .take(most)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     /// Entries and bytes held, for metrics.
     pub(crate) fn size(&self) -> (usize, u64) {
         let inner = self.read();

@@ -7,11 +7,13 @@
 //! one. Storms are prevented in two ways:
 //! - a key whose lookup answered an error waits out a growing backoff before
 //!   it is looked up again;
-//! - when a coordinator's broker fails, the ids cached there are *suspect*:
-//!   they are looked up again at most once per growing backoff of that
-//!   broker (in one batch, whatever the number of ids and callers), and
-//!   until then the cached broker is used, which fails at once while the
-//!   broker is in reconnect backoff.
+//! - when a coordinator's broker fails (or answers NOT_COORDINATOR), the
+//!   ids cached there are *suspect*: when a caller asks for one of them, all
+//!   of them are looked up again in one batch, at most once per growing
+//!   backoff of that broker, whatever the number of ids and callers; until
+//!   then the cached broker is used, which fails at once while the broker is
+//!   in reconnect backoff. So when a coordinator moves, every id moves with
+//!   the first lookup after the move.
 //!
 //! What is remembered is bounded: the coordinator table by the bytes of its
 //! ids (half of it dropped when full: a lost entry costs a lookup), the
@@ -292,8 +294,10 @@ impl KafkaClient {
                     lookups.running = false;
                     return;
                 }
-                let keys: Vec<String> = lookups.pending.keys().take(MAX_KEYS).cloned().collect();
+                let mut keys: Vec<String> =
+                    lookups.pending.keys().take(MAX_KEYS).cloned().collect();
                 let now = Instant::now();
+                let mut reopened = Vec::new();
                 for key in &keys {
                     if let Some(waiting) = lookups.pending.remove(key) {
                         if let Some(addr) = &waiting.suspect
@@ -301,8 +305,20 @@ impl KafkaClient {
                             && gate.open(now)
                         {
                             gate.close(now, table.base, table.max);
+                            reopened.push(addr.clone());
                         }
                         lookups.in_flight.insert(key.clone(), waiting.replies);
+                    }
+                }
+                // Every other id cached at a suspect broker goes along: when
+                // its coordinator moved, they all moved.
+                for addr in reopened {
+                    let room = MAX_KEYS.saturating_sub(keys.len());
+                    for key in table.known.keys_where(room, |b| b.addr == addr) {
+                        if !lookups.in_flight.contains_key(&key) {
+                            lookups.in_flight.insert(key.clone(), Vec::new());
+                            keys.push(key);
+                        }
                     }
                 }
                 keys

@@ -330,18 +330,26 @@ impl KafkaClient {
                 })),
                 TRANSACTIONAL_ID_NOT_FOUND => Ok(None),
                 code => {
-                    let err = KafkaError::broker("DescribeTransactions", code, None);
+                    // The id moved (or its partition is not led here yet):
+                    // every id of this broker is looked up again, in one
+                    // batch per backoff, not one lookup per id.
                     if matches!(code, 15 | 16) {
-                        self.core.coordinators.forget(&id);
+                        self.core.coordinators.suspect(&coordinator.addr);
                     }
-                    Err(err)
+                    Err(KafkaError::broker("DescribeTransactions", code, None))
                 }
             };
             answers.insert(id, answer);
         }
         let (confirmed, took) = confirmed;
+        let all_good = answers.values().all(Result::is_ok);
         let confirmed = match confirmed {
-            None => return Ok(answers),
+            None => {
+                if all_good {
+                    self.core.coordinators.trust(&coordinator.addr);
+                }
+                return Ok(answers);
+            }
             Some(Ok(_)) if took > CONFIRM_WINDOW => Err(format!(
                 "the confirmation took {} ms, over the {} ms window",
                 took.as_millis(),
@@ -378,6 +386,10 @@ impl KafkaClient {
                 addr: coordinator.addr.clone(),
                 reason: format!("the answer for {id:?} is not confirmed: {reason}"),
             });
+        }
+        // Answered and confirmed in full: the broker is a coordinator again.
+        if all_good && answers.values().all(Result::is_ok) {
+            self.core.coordinators.trust(&coordinator.addr);
         }
         Ok(answers)
     }

@@ -213,3 +213,63 @@ async fn the_ids_of_a_failed_coordinator_are_looked_up_once_per_backoff() {
     let after = lookups.load(Ordering::SeqCst) - 1;
     assert!((2..=5).contains(&after), "{after} lookups in 1.5 s");
 }
+
+#[tokio::test]
+async fn a_broker_that_accepts_and_never_answers_backs_off_longer_each_time() {
+    // What the kernel does for a SIGSTOPped broker: it accepts, nothing more.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let held = tokio::spawn(async move {
+        let mut sockets = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            sockets.push(socket);
+        }
+    });
+    let mut config = ClientConfig::new([addr.as_str()]);
+    config.request_timeout = Duration::from_millis(100);
+    config.connect_timeout = Duration::from_millis(100);
+    let client = KafkaClient::new(config).unwrap();
+    let mut blocks = Vec::new();
+    for _ in 0..5 {
+        while let Some(left) = client.core.nodes.blocked_for(&addr) {
+            tokio::time::sleep(left).await;
+        }
+        assert!(client.connection(&addr).await.is_err());
+        blocks.push(client.core.nodes.blocked_for(&addr).unwrap());
+    }
+    held.abort();
+    // 50, 100, 200, 400, 800 ms, each within 20 %.
+    for (i, block) in blocks.iter().enumerate() {
+        let step = Duration::from_millis(50 << i);
+        assert!(
+            *block <= step.mul_f64(1.2) && *block >= step.mul_f64(0.7),
+            "failure {i}: blocked {block:?}, expected about {step:?} ({blocks:?})"
+        );
+    }
+}
+
+#[tokio::test]
+async fn not_coordinator_looks_every_id_of_the_broker_up_again_in_one_batch() {
+    let brokers = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let coordinator = Arc::new(std::sync::Mutex::new((1, String::new())));
+    let lookups = Arc::new(AtomicUsize::new(0));
+    let broker = answering(brokers.clone(), coordinator.clone(), lookups.clone()).await;
+    *brokers.lock().unwrap() = vec![(1, broker.addr.clone())];
+    *coordinator.lock().unwrap() = (1, broker.addr.clone());
+    let client = client(&[&broker.addr]);
+    let keys: Vec<String> = (0..50).map(|i| format!("role-{i}")).collect();
+    client.coordinators(&keys).await;
+    // The coordinator moved: a describe answered NOT_COORDINATOR for one id.
+    client.core.coordinators.suspect(&broker.addr);
+    let before = broker.requests(ApiKey::FindCoordinator).len();
+    client.coordinators(&keys[..1]).await;
+    let sent = broker.requests(ApiKey::FindCoordinator);
+    assert_eq!(sent.len(), before + 1, "one lookup");
+    let (version, body) = sent.last().unwrap().clone();
+    let asked: FindCoordinatorRequest = request(version, body);
+    assert_eq!(
+        asked.coordinator_keys.len(),
+        50,
+        "with every id of the broker"
+    );
+}
