@@ -70,7 +70,7 @@ async fn main() {
     let deadlines: Arc<Mutex<HashMap<usize, i64>>> = Arc::default();
     let (acquired_tx, mut acquired) = mpsc::unbounded_channel::<Acquired>();
     for m in 0..args.members {
-        let client = KafkaClient::new(ClientConfig::new([args.bootstrap.as_str()])).unwrap();
+        let client = KafkaClient::new(ClientConfig::new(args.bootstrap.split(','))).unwrap();
         let config = TransportConfig {
             topic: args.topic.clone(),
             partitions: None,

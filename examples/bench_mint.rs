@@ -39,7 +39,7 @@ struct Args {
 async fn main() {
     let args = Args::parse();
     let started = Instant::now();
-    let client = KafkaClient::new(ClientConfig::new([args.bootstrap.as_str()])).unwrap();
+    let client = KafkaClient::new(ClientConfig::new(args.bootstrap.split(','))).unwrap();
     let transport = Arc::new(
         KafkaTransport::connect(
             client,
