@@ -30,7 +30,13 @@ fn refused(args: &[&str]) -> (i32, String) {
     let port = free_port().to_string();
     let listen = format!("127.0.0.1:{port}");
     let out = bin()
-        .args(["serve", "--bootstrap-servers", "127.0.0.1:1", "--listen", &listen])
+        .args([
+            "serve",
+            "--bootstrap-servers",
+            "127.0.0.1:1",
+            "--listen",
+            &listen,
+        ])
         .args(args)
         .output()
         .unwrap();
@@ -53,17 +59,36 @@ fn unusable_settings_exit_2_naming_the_flag() {
     let cases: &[(&[&str], &str)] = &[
         (&["--header-timeout", "300000000000y"], "--header-timeout"),
         (&["--request-timeout", "300000000000y"], "--request-timeout"),
-        (&["--max-connections", "18446744073709551615"], "--max-connections"),
-        (&["--kafka-operation-timeout", "300000000000y"], "--kafka-operation-timeout"),
-        (&["--kafka-request-timeout", "300000000000y"], "--kafka-request-timeout"),
+        (
+            &["--max-connections", "18446744073709551615"],
+            "--max-connections",
+        ),
+        (
+            &["--kafka-operation-timeout", "300000000000y"],
+            "--kafka-operation-timeout",
+        ),
+        (
+            &["--kafka-request-timeout", "300000000000y"],
+            "--kafka-request-timeout",
+        ),
         (&["--api-tokens-file", missing], "--api-tokens-file"),
         (&["--api-tokens-file", empty], "--api-tokens-file"),
         (
-            &["--kafka-security-protocol", "ssl", "--kafka-tls-ca-file", missing],
+            &[
+                "--kafka-security-protocol",
+                "ssl",
+                "--kafka-tls-ca-file",
+                missing,
+            ],
             "--kafka-tls-ca-file",
         ),
         (
-            &["--kafka-security-protocol", "ssl", "--kafka-tls-ca-file", empty],
+            &[
+                "--kafka-security-protocol",
+                "ssl",
+                "--kafka-tls-ca-file",
+                empty,
+            ],
             "--kafka-tls-ca-file",
         ),
         (&["--protect-readyz"], "--api-tokens-file"),
@@ -71,7 +96,10 @@ fn unusable_settings_exit_2_naming_the_flag() {
     for (args, flag) in cases {
         let (code, stderr) = refused(args);
         assert_eq!(code, 2, "{args:?}: {stderr}");
-        assert!(stderr.contains(flag), "{args:?} does not name {flag}: {stderr}");
+        assert!(
+            stderr.contains(flag),
+            "{args:?} does not name {flag}: {stderr}"
+        );
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
@@ -130,19 +158,28 @@ fn sighup_keeps_serving_sigterm_stops_and_logs_to_a_file_are_plain() {
     }
     signal(&served.0, "HUP");
     std::thread::sleep(Duration::from_millis(500));
-    assert!(served.0.try_wait().unwrap().is_none(), "SIGHUP stopped the service");
+    assert!(
+        served.0.try_wait().unwrap().is_none(),
+        "SIGHUP stopped the service"
+    );
     assert!(healthz(port), "not serving after SIGHUP");
     signal(&served.0, "TERM");
     let status = loop {
         if let Some(status) = served.0.try_wait().unwrap() {
             break status;
         }
-        assert!(started.elapsed() < Duration::from_secs(30), "SIGTERM did not stop it");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "SIGTERM did not stop it"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status}");
     let text = std::fs::read_to_string(&log).unwrap();
     let _ = std::fs::remove_file(&log);
     assert!(text.contains("SIGHUP"), "{text}");
-    assert!(!text.contains('\u{1b}'), "colour codes in a log file: {text}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "colour codes in a log file: {text}"
+    );
 }

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use krabka_authority::coordination::{RoleState, Verdict, role_partition};
-use krabka_authority::kafka::{KafkaClient, KafkaSettings};
+use krabka_authority::kafka::{KafkaClient, KafkaError, KafkaSettings};
 use krabka_authority::service::check::Checker;
 use krabka_authority::service::http::extract::{parse_token, validate_role};
 use krabka_authority::service::http::views::roster as roster_view;
@@ -38,10 +38,28 @@ pub(crate) async fn serve(
         eprintln!("error: invalid configuration: {message}");
         return Ok(ExitCode::from(EXIT_CONFIG));
     }
+    let kafka = config.kafka.clone();
     let state = match AppState::new(config) {
         Ok(state) => state,
         Err(SetupError::Config(message)) => {
             eprintln!("error: invalid configuration: {message}");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+        // A TLS file that is there but unusable (no certificate, no key):
+        // name its flag, as for a missing one.
+        Err(SetupError::Kafka(KafkaError::Tls(why))) => {
+            let flag = [
+                ("--kafka-tls-ca-file", &kafka.kafka_tls_ca_file),
+                ("--kafka-tls-cert-file", &kafka.kafka_tls_cert_file),
+                ("--kafka-tls-key-file", &kafka.kafka_tls_key_file),
+            ]
+            .into_iter()
+            .find(|(_, path)| {
+                path.as_ref()
+                    .is_some_and(|p| why.contains(&p.display().to_string()))
+            })
+            .map_or("--kafka-tls-*", |(flag, _)| flag);
+            eprintln!("error: invalid configuration: {flag}: {why}");
             return Ok(ExitCode::from(EXIT_CONFIG));
         }
         Err(e) => return Err(e).context("cannot set up the service"),
