@@ -57,8 +57,22 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{n}-{nanos:x}", std::process::id())
 }
 
+/// The library's logs in each test's captured output (shown for a failing
+/// test): what the client retried and why is the first thing a flaky
+/// failure needs. `RUST_LOG` overrides the default level.
+pub fn capture_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "krabka_authority=info".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .with_ansi(false)
+        .try_init();
+}
+
 /// Client settings with short timeouts for tests.
 pub fn config_for(bootstrap: &str) -> ClientConfig {
+    capture_logs();
     let mut config = ClientConfig::new(bootstrap.split(','));
     config.client_id = "krabka-test".into();
     config.request_timeout = Duration::from_secs(5);
