@@ -83,11 +83,28 @@ pub async fn get_authority(
 }
 
 /// One item of a batch check. A missing or null role or token is that
-/// item's own 400; a value of the wrong type fails the whole request.
-#[derive(Debug, Deserialize)]
+/// item's own 400; a value of the wrong type, or an item that is not an
+/// object, fails the whole request.
+#[derive(Debug)]
 pub struct CheckItem {
     role: Option<String>,
     token: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for CheckItem {
+    /// Objects only: serde's derived struct would also take the array
+    /// `[role, token]`, which the OpenAPI schema does not allow.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Fields {
+            role: Option<String>,
+            token: Option<String>,
+        }
+        let object = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
+        let Fields { role, token } = Fields::deserialize(serde_json::Value::Object(object))
+            .map_err(serde::de::Error::custom)?;
+        Ok(CheckItem { role, token })
+    }
 }
 
 /// One answer of a batch check: a verdict, or the problem of that item.

@@ -278,6 +278,13 @@ async fn a_batch_check_reads_json_only_and_answers_each_item() {
         StatusCode::BAD_REQUEST,
         "a number where a string belongs"
     );
+    let (status, _, problem) =
+        call(&rig.app, post_json("/authority/check", "[[null, null]]")).await;
+    assert_eq!(
+        (status, problem["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("body")),
+        "an item that is not an object"
+    );
 
     // A declared length over the limit is refused before the body is read.
     let declared = Request::post("/authority/check")
