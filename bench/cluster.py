@@ -1,7 +1,7 @@
 """bench/run --cluster: the section "On a three-broker cluster" of
 docs/benchmarks.md, from one run.
 
-    bench/run --cluster                 # about 6 minutes (the first run also builds BENCH_BEFORE)
+    bench/run --cluster                 # about 7 minutes (the first run also builds BENCH_BEFORE)
     BENCH_SECONDS=4 bench/run --cluster # shorter load phases (the failures keep their length)
     bench/run --cluster --report-only   # rewrite the section from target/bench-cluster-results.json
 
@@ -13,7 +13,8 @@ as bench/run does, and measures:
     BENCH_BEFORE (default dfb26ea, the last commit before describes were
     confirmed; built once into target/bench-before/<rev>/), side by side on
     the same cluster, at concurrency 1, 64 and 512; and both at 64 on a
-    single node (instance "bench-cluster-single"), where nothing is confirmed;
+    single node (instance "bench-cluster-single"), where nothing is confirmed:
+    checks, /healthz and roster views;
  2. a hung broker: the coordinator of some roles SIGSTOPped for 20 s while
     the service and Kafka's Java Admin (bench/java, same timeouts) check the
     same roles in an open loop; when each is correct again for the roles that
@@ -172,17 +173,26 @@ def layout(bootstrap, roles_file, settle=False):
 
 
 def single_node(work, before):
-    """Both builds at 64 on a single node, where describes are not confirmed."""
+    """Both builds at 64 on a single node, where describes are not confirmed:
+    checks, and the paths no Kafka request is on (the HTTP floor /healthz and
+    the watcher's roster views), so a regression elsewhere shows too."""
     stop_instance(SINGLE)
     bootstrap = kafka("start", "--name", SINGLE)
     try:
-        paths = check_paths(read_roles(mint(bootstrap, work / "single-roles.txt")), work,
-                            "single.paths")
+        roles = read_roles(mint(bootstrap, work / "single-roles.txt"))
+        paths = check_paths(roles, work, "single.paths")
+        views = work / "single-views.paths"
+        views.write_text("".join(f"/roles/{r}\n" for r, _ in roles))
+        health = work / "single-health.paths"
+        health.write_text("/healthz\n")
         services = {"after": Service(bootstrap, TOPIC),
                     "before": Service(bootstrap, TOPIC, binary=before)}
         for service in services.values():
             service.wait_ready()
-        return alternating(services, paths, 64, ["after", "before", "before", "after"])
+        abba = ["after", "before", "before", "after"]
+        return {"checks": alternating(services, paths, 64, abba),
+                "healthz": alternating(services, health, 64, abba),
+                "views": alternating(services, views, 64, abba)}
     finally:
         stop_instance(SINGLE)
 
@@ -664,15 +674,32 @@ def render(results):
     for c in CONCURRENCY:
         lines.append(row("after (this commit), 3 brokers", c, price[str(c)]["after"]))
         lines.append(row(f"before ({before['rev']}), 3 brokers", c, price[str(c)]["before"]))
-    lines.append(row("after, single node (nothing confirmed)", 64, single["after"]))
-    lines.append(row(f"before ({before['rev']}), single node", 64, single["before"]))
+    if "checks" not in single:  # results of a run before the HTTP rows
+        single = {"checks": single}
+    lines.append(row("after, single node (nothing confirmed)", 64, single["checks"]["after"]))
+    lines.append(row(f"before ({before['rev']}), single node", 64, single["checks"]["before"]))
     price_table = "\n".join(lines)
     r64 = price["64"]["after"]["throughput"] / price["64"]["before"]["throughput"]
-    single_ratio = single["after"]["throughput"] / single["before"]["throughput"]
+    single_ratio = single["checks"]["after"]["throughput"] / single["checks"]["before"]["throughput"]
+    http_lines = ["| path, single node, concurrency 64 | build | requests/s | p50 ms | p99 ms | errors |",
+                  "|---|---|---:|---:|---:|---:|"]
+    http_ratios = []
+    for key, label in [("healthz", "`/healthz` (the HTTP floor)"), ("views", "roster views `GET /roles/{role}`")]:
+        if key not in single:
+            continue
+        for build in ["after", "before"]:
+            r = single[key][build]
+            http_lines.append(f"| {label} | {build} | {fmt(r['throughput'], 0)} | {fmt(r['p50_ms'], 2)} | "
+                              f"{fmt(r['p99_ms'], 2)} | {r['errors']} |")
+        http_ratios.append(f"{label} {single[key]['after']['throughput'] / single[key]['before']['throughput']:.2f} ×")
+    http_table = ("\nOn the same single node, both builds side by side on the paths without a\n"
+                  "Kafka request (four alternating runs each, as above):\n\n"
+                  + "\n".join(http_lines) + "\n\nAfter / before: " + ", ".join(http_ratios) + ".\n"
+                  if http_ratios else "")
     k_after, k_before = price["64"]["after"]["kafka"], price["64"]["before"]["kafka"]
     rounds = "; ".join(f"{label} " + ", ".join(f"{x:,}" for x in price["64"][label]["rounds"])
                        for label in ["after", "before"])
-    single_rounds = "; ".join(f"{label} " + ", ".join(f"{x:,}" for x in single[label]["rounds"])
+    single_rounds = "; ".join(f"{label} " + ", ".join(f"{x:,}" for x in single["checks"][label]["rounds"])
                               for label in ["after", "before"])
 
     # 2. A hung broker.
@@ -800,6 +827,7 @@ round trips {opt(k_after['describe_ms'], 2)} ms and {opt(k_after['find_coordinat
 {opt(k_before['describe_per_1000'])} and {opt(k_before['find_coordinator_per_1000'])} ({opt(k_before['ids_per_describe'])} ids; {opt(k_before['describe_ms'], 2)} ms per
 DescribeTransactions). The service's CPU per check is in the last column
 (user + system time of its process over the runs, warm-up included).
+{http_table}
 
 ### A hung broker, side by side with Kafka's Java Admin
 
