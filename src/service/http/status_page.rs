@@ -193,6 +193,20 @@ mod tests {
     use super::*;
     use crate::coordination::RoleState;
 
+    /// A fresh view of `state` with nothing else known.
+    fn view_of(state: RoleState) -> RoleView {
+        RoleView {
+            state: std::sync::Arc::new(state),
+            partition: 0,
+            offset: 0,
+            age: std::time::Duration::ZERO,
+            refreshed_at_ms: 0,
+            status: None,
+            failovers_in_window: 0,
+            coordinator: None,
+        }
+    }
+
     #[test]
     fn escaping_covers_markup_and_quotes() {
         assert_eq!(
@@ -221,33 +235,14 @@ mod tests {
             ),
         };
         for deadline in [i64::MIN, i64::MAX] {
-            let state = RoleState::from_records("r", &[record(deadline)]);
-            let view = RoleView {
-                state: std::sync::Arc::new(state),
-                partition: 0,
-                offset: 0,
-                age: std::time::Duration::ZERO,
-                refreshed_at_ms: 0,
-                status: None,
-                failovers_in_window: 0,
-                coordinator: None,
-            };
+            let view = view_of(RoleState::from_records("r", &[record(deadline)]));
             assert!(countdown(&view, 1_000).contains(" s "));
         }
     }
 
     #[test]
     fn role_names_cannot_inject_markup() {
-        let view = RoleView {
-            state: std::sync::Arc::new(RoleState::new("<script>alert(1)</script>")),
-            partition: 0,
-            offset: 0,
-            age: std::time::Duration::ZERO,
-            refreshed_at_ms: 0,
-            status: None,
-            failovers_in_window: 0,
-            coordinator: None,
-        };
+        let view = view_of(RoleState::new("<script>alert(1)</script>"));
         let html = render("t", Ok(&[view]), None, 0);
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
