@@ -205,6 +205,8 @@ async fn a_role_page_after_failovers_draws_every_holding_period_and_keeps_names_
     // takes over when the hostile member resigns.
     let a = holds(&topic, &role, "node-a").await;
     let b = candidate(&topic, &role, "node-b").await;
+    // Each registers in a task of its own: b first, so b is next in rank.
+    eventually(|| async { (members(&service, &role).await == 2).then_some(()) }).await;
     let h = candidate(&topic, &role, hostile).await;
     eventually(|| async { (members(&service, &role).await == 3).then_some(()) }).await;
     tokio::time::sleep(Duration::from_millis(1_500)).await;
