@@ -7,15 +7,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse,
-    MetadataResponse, TopicName,
+    ApiKey, BrokerId, DescribeTransactionsRequest, DescribeTransactionsResponse, FetchRequest,
+    FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, MetadataResponse, ProducerId,
+    TopicName,
+    describe_transactions_response::TransactionState,
     fetch_response::{FetchableTopicResponse, PartitionData},
     find_coordinator_response::Coordinator,
 };
 use kafka_protocol::protocol::StrBytes;
 use tokio::time::Instant;
 
-use super::client::{ClientConfig, KafkaClient};
+use super::client::{Broker, ClientConfig, KafkaClient};
 use super::fake::{FakeBroker, answer, metadata, request};
 
 fn client(bootstrap: &[&str]) -> KafkaClient {
@@ -272,4 +274,95 @@ async fn not_coordinator_looks_every_id_of_the_broker_up_again_in_one_batch() {
         50,
         "with every id of the broker"
     );
+}
+
+/// Brokers that answer Metadata with all of them, FindCoordinator by
+/// `coordinator_of` (an index into the brokers), and DescribeTransactions
+/// by `describe(broker index, id)` as (producer id, epoch).
+async fn cluster(
+    n: usize,
+    coordinator_of: fn(&str) -> usize,
+    describe: fn(usize, &str) -> (i64, i16),
+) -> Vec<FakeBroker> {
+    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let mut brokers = Vec::new();
+    for index in 0..n {
+        let addrs = addrs.clone();
+        brokers.push(
+            FakeBroker::start(Arc::new(move |header, body| {
+                let addrs = addrs.lock().unwrap().clone();
+                let list: Vec<(i32, &str)> = addrs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| (i as i32, a.as_str()))
+                    .collect();
+                let version = header.request_api_version;
+                match ApiKey::try_from(header.request_api_key).unwrap() {
+                    ApiKey::Metadata => Some(answer(header, &metadata(&list, None))),
+                    ApiKey::FindCoordinator => {
+                        let asked: FindCoordinatorRequest = request(version, body);
+                        let coordinators = asked
+                            .coordinator_keys
+                            .into_iter()
+                            .map(|key| {
+                                let at = coordinator_of(key.as_str());
+                                let (host, port) = addrs[at].rsplit_once(':').unwrap();
+                                Coordinator::default()
+                                    .with_key(key)
+                                    .with_node_id(BrokerId(at as i32))
+                                    .with_host(StrBytes::from_string(host.to_owned()))
+                                    .with_port(port.parse().unwrap())
+                            })
+                            .collect();
+                        let response =
+                            FindCoordinatorResponse::default().with_coordinators(coordinators);
+                        Some(answer(header, &response))
+                    }
+                    ApiKey::DescribeTransactions => {
+                        let asked: DescribeTransactionsRequest = request(version, body);
+                        let states = asked
+                            .transactional_ids
+                            .into_iter()
+                            .map(|id| {
+                                let (pid, epoch) = describe(index, id.0.as_str());
+                                TransactionState::default()
+                                    .with_transactional_id(id)
+                                    .with_transaction_state(StrBytes::from_static_str("Empty"))
+                                    .with_producer_id(ProducerId(pid))
+                                    .with_producer_epoch(epoch)
+                            })
+                            .collect();
+                        let response =
+                            DescribeTransactionsResponse::default().with_transaction_states(states);
+                        Some(answer(header, &response))
+                    }
+                    _ => None,
+                }
+            }))
+            .await,
+        );
+    }
+    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+    brokers
+}
+
+fn broker_of(brokers: &[FakeBroker], index: usize) -> Broker {
+    Broker {
+        id: index as i32,
+        addr: brokers[index].addr.clone(),
+    }
+}
+
+#[tokio::test]
+async fn an_answer_another_broker_does_not_confirm_is_never_used() {
+    // Broker 0 paused and came back: its metadata already names broker 1 as
+    // the coordinator of "r", its transaction state still has the old pair.
+    let brokers = cluster(2, |_| 1, |index, _| (7, if index == 0 { 1 } else { 2 })).await;
+    let client = client(&[&brokers[0].addr]);
+    client.refresh_metadata(&[]).await.unwrap();
+    client.core.coordinators.learn("r", broker_of(&brokers, 0));
+    let answer = client.describe_transaction("r").await.unwrap().unwrap();
+    assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
+    assert_eq!(brokers[0].requests(ApiKey::DescribeTransactions).len(), 1);
+    assert_eq!(brokers[1].requests(ApiKey::DescribeTransactions).len(), 1);
 }
