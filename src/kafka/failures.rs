@@ -27,6 +27,27 @@ fn client(bootstrap: &[&str]) -> KafkaClient {
     KafkaClient::new(config).unwrap()
 }
 
+/// The answer to `asked` naming `coordinator(key)` as (id, addr) per key.
+fn naming<'a>(
+    asked: FindCoordinatorRequest,
+    coordinator: impl Fn(&str) -> (i32, &'a str),
+) -> FindCoordinatorResponse {
+    let coordinators = asked
+        .coordinator_keys
+        .into_iter()
+        .map(|key| {
+            let (id, addr) = coordinator(key.as_str());
+            let (host, port) = addr.rsplit_once(':').unwrap();
+            Coordinator::default()
+                .with_key(key)
+                .with_node_id(BrokerId(id))
+                .with_host(StrBytes::from_string(host.to_owned()))
+                .with_port(port.parse().unwrap())
+        })
+        .collect();
+    FindCoordinatorResponse::default().with_coordinators(coordinators)
+}
+
 /// A broker that answers Metadata with `brokers` and FindCoordinator with
 /// `coordinator` for every key, counting the lookups.
 async fn answering(
@@ -41,23 +62,9 @@ async fn answering(
             k if k == ApiKey::Metadata as i16 => Some(answer(header, &metadata(&list, None))),
             k if k == ApiKey::FindCoordinator as i16 => {
                 lookups.fetch_add(1, Ordering::SeqCst);
-                let asked: FindCoordinatorRequest = request(header.request_api_version, body);
                 let (id, addr) = coordinator.lock().unwrap().clone();
-                let (host, port) = addr.rsplit_once(':').unwrap();
-                let response = FindCoordinatorResponse::default().with_coordinators(
-                    asked
-                        .coordinator_keys
-                        .into_iter()
-                        .map(|key| {
-                            Coordinator::default()
-                                .with_key(key)
-                                .with_node_id(BrokerId(id))
-                                .with_host(StrBytes::from_string(host.to_owned()))
-                                .with_port(port.parse().unwrap())
-                        })
-                        .collect(),
-                );
-                Some(answer(header, &response))
+                let asked = request(header.request_api_version, body);
+                Some(answer(header, &naming(asked, |_| (id, &addr))))
             }
             _ => None,
         }
@@ -276,47 +283,25 @@ async fn not_coordinator_looks_every_id_of_the_broker_up_again_in_one_batch() {
     );
 }
 
-/// Brokers that answer Metadata with all of them, FindCoordinator by
-/// `coordinator_of` (an index into the brokers), and DescribeTransactions
-/// by `describe(broker index, id)` as (producer id, epoch).
-async fn cluster(
-    n: usize,
-    coordinator_of: fn(&str) -> usize,
-    describe: fn(usize, &str) -> (i64, i16),
-) -> Vec<FakeBroker> {
+/// Two brokers, both naming broker 1 the coordinator of every id and
+/// answering DescribeTransactions with `pairs[broker]` for every id.
+async fn two_brokers(pairs: [(i64, i16); 2]) -> Vec<FakeBroker> {
     let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     let mut brokers = Vec::new();
-    for index in 0..n {
+    for (pid, epoch) in pairs {
         let addrs = addrs.clone();
         brokers.push(
             FakeBroker::start(Arc::new(move |header, body| {
                 let addrs = addrs.lock().unwrap().clone();
-                let list: Vec<(i32, &str)> = addrs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, a)| (i as i32, a.as_str()))
-                    .collect();
                 let version = header.request_api_version;
                 match ApiKey::try_from(header.request_api_key).unwrap() {
-                    ApiKey::Metadata => Some(answer(header, &metadata(&list, None))),
+                    ApiKey::Metadata => {
+                        let list = [(0, addrs[0].as_str()), (1, addrs[1].as_str())];
+                        Some(answer(header, &metadata(&list, None)))
+                    }
                     ApiKey::FindCoordinator => {
-                        let asked: FindCoordinatorRequest = request(version, body);
-                        let coordinators = asked
-                            .coordinator_keys
-                            .into_iter()
-                            .map(|key| {
-                                let at = coordinator_of(key.as_str());
-                                let (host, port) = addrs[at].rsplit_once(':').unwrap();
-                                Coordinator::default()
-                                    .with_key(key)
-                                    .with_node_id(BrokerId(at as i32))
-                                    .with_host(StrBytes::from_string(host.to_owned()))
-                                    .with_port(port.parse().unwrap())
-                            })
-                            .collect();
-                        let response =
-                            FindCoordinatorResponse::default().with_coordinators(coordinators);
-                        Some(answer(header, &response))
+                        let asked = request(version, body);
+                        Some(answer(header, &naming(asked, |_| (1, &addrs[1]))))
                     }
                     ApiKey::DescribeTransactions => {
                         let asked: DescribeTransactionsRequest = request(version, body);
@@ -324,7 +309,6 @@ async fn cluster(
                             .transactional_ids
                             .into_iter()
                             .map(|id| {
-                                let (pid, epoch) = describe(index, id.0.as_str());
                                 TransactionState::default()
                                     .with_transactional_id(id)
                                     .with_transaction_state(StrBytes::from_static_str("Empty"))
@@ -346,21 +330,18 @@ async fn cluster(
     brokers
 }
 
-fn broker_of(brokers: &[FakeBroker], index: usize) -> Broker {
-    Broker {
-        id: index as i32,
-        addr: brokers[index].addr.clone(),
-    }
-}
-
 #[tokio::test]
 async fn an_answer_another_broker_does_not_confirm_is_never_used() {
     // Broker 0 paused and came back: its metadata already names broker 1 as
     // the coordinator of "r", its transaction state still has the old pair.
-    let brokers = cluster(2, |_| 1, |index, _| (7, if index == 0 { 1 } else { 2 })).await;
+    let brokers = two_brokers([(7, 1), (7, 2)]).await;
     let client = client(&[&brokers[0].addr]);
     client.refresh_metadata(&[]).await.unwrap();
-    client.core.coordinators.learn("r", broker_of(&brokers, 0));
+    let paused = Broker {
+        id: 0,
+        addr: brokers[0].addr.clone(),
+    };
+    client.core.coordinators.learn("r", paused);
     let answer = client.describe_transaction("r").await.unwrap().unwrap();
     assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
     assert_eq!(brokers[0].requests(ApiKey::DescribeTransactions).len(), 1);
