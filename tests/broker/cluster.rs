@@ -26,12 +26,20 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::common::{kafka_script, unique};
+use crate::common::{capture_logs, kafka_script, unique};
 use crate::service::{Service, config, start};
 
 /// Kafka's default `broker.session.timeout.ms`: how long a dead broker
 /// keeps its partitions before the controller moves them.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(9);
+/// Kafka's default `request.timeout.ms`. A coordinator whose transaction
+/// log append timed out (a replica died during the holder's commit) retries
+/// it only when its marker sender thread wakes: on new markers to send, else
+/// after this (`TransactionMarkerChannelManager::retryLogAppends`, polled by
+/// `InterBrokerSendThread` at most this long). Until then InitProducerId for
+/// the role answers CONCURRENT_TRANSACTIONS and no member can mint (CI saw
+/// a standby wait 12 s and more for it).
+const BROKER_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const LEASE: Duration = Duration::from_secs(4);
 const STAGGER: Duration = Duration::from_secs(1);
 /// The view staleness bound the service is configured with.
@@ -107,6 +115,7 @@ impl Cluster {
     }
 
     fn client(&self) -> KafkaClient {
+        capture_logs();
         let mut config = ClientConfig::new(self.bootstrap.split(','));
         config.client_id = "krabka-cluster-test".into();
         config.request_timeout = Duration::from_secs(2);
@@ -646,7 +655,11 @@ async fn killing_the_leader_of_a_roles_partition_and_its_holder() {
     // the partition from its new leader to see the lease lapse.
     members.kill_holder(&roles[0]);
     cluster().act("kill", victim);
-    let budget = LEASE + STAGGER + SESSION_TIMEOUT + Duration::from_secs(8);
+    // A renewal committing as the broker dies may leave the commit's
+    // transaction log append to the coordinator's retry (it times out after
+    // the transaction timeout, the lease): minting waits for that retry.
+    let stalled_commit = LEASE + BROKER_REQUEST_TIMEOUT;
+    let budget = (LEASE + STAGGER + SESSION_TIMEOUT).max(stalled_commit) + Duration::from_secs(8);
     let took = takeover(&members.holders, &roles[0], old, budget).await;
     eprintln!(
         "kill leader {victim} of partition {partition} and the holder: taken over after {took:?} (budget {budget:?})"
