@@ -13,7 +13,6 @@ mod cli;
 mod cluster;
 mod common;
 mod faults;
-#[cfg(feature = "client")]
 mod guarded_sink;
 mod http_limits;
 mod kafka_transport;
