@@ -30,6 +30,7 @@ pub mod coordination;
 pub mod kafka;
 pub mod leadership;
 pub mod service;
+mod sync;
 pub mod time;
 pub mod transport;
 

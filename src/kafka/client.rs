@@ -37,6 +37,7 @@ use super::metadata::Metadata;
 use super::nodes::NodeStates;
 use super::security::{Security, authenticate, server_name, tls_connector};
 use super::versions::api_name;
+pub(crate) use crate::sync::lock;
 
 /// How a request ended, for metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,10 +225,6 @@ impl std::fmt::Debug for KafkaClient {
             .field("tls", &self.core.tls.is_some())
             .finish_non_exhaustive()
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl KafkaClient {

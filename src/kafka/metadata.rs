@@ -94,15 +94,11 @@ impl std::fmt::Debug for Metadata {
 
 impl Metadata {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, View> {
-        self.view
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::read(&self.view)
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, View> {
-        self.view
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::write(&self.view)
     }
 
     /// Marks the view stale: the next routed request refreshes it first.

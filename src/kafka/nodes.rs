@@ -14,6 +14,8 @@ use std::time::Duration;
 use rand::RngExt;
 use tokio::time::Instant;
 
+use crate::sync::lock;
+
 /// Failure memory of one broker address.
 #[derive(Clone, Copy, Debug, Default)]
 struct NodeState {
@@ -41,9 +43,7 @@ impl NodeStates {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, NodeState>> {
-        self.nodes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.nodes)
     }
 
     /// A connection to `addr` failed or died (refused, reset, timed out):

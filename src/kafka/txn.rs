@@ -215,10 +215,7 @@ impl KafkaClient {
                         Err(e) if e.code() == Some(DUPLICATE_SEQUENCE) => Ok(-1),
                         Err(e) => {
                             if e.is_ambiguous() {
-                                *ambiguous
-                                    .lock()
-                                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
-                                    Some(e.clone());
+                                *crate::sync::lock(ambiguous) = Some(e.clone());
                             }
                             Err(e)
                         }
@@ -227,9 +224,7 @@ impl KafkaClient {
                 }
             })
             .await;
-        let earlier = ambiguous
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let earlier = crate::sync::lock(&ambiguous).take();
         match (result, earlier) {
             (Ok(offset), _) => Ok(offset),
             (Err(e), Some(earlier)) if !e.is_fenced() && !e.is_ambiguous() => Err(earlier),
