@@ -22,6 +22,7 @@
 //!   service and a guard layer for sinks.
 //! - [`time`]: clocks and how instants are written.
 
+mod backoff;
 mod bounded;
 #[cfg(feature = "client")]
 pub mod client;

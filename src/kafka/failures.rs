@@ -17,8 +17,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use tokio::time::Instant;
 
-use super::client::{Broker, ClientConfig, KafkaClient};
+use super::client::KafkaClient;
+use super::config::{Broker, ClientConfig};
+use super::error::KafkaError;
 use super::fake::{FakeBroker, answer, metadata, request};
+use super::state::Lesson;
 
 fn client(bootstrap: &[&str]) -> KafkaClient {
     let mut config = ClientConfig::new(bootstrap.iter().copied());
@@ -207,9 +210,14 @@ async fn the_ids_of_a_failed_coordinator_are_looked_up_once_per_backoff() {
     let keys: Vec<String> = (0..20).map(|i| format!("role-{i}")).collect();
     client.coordinators(&keys).await;
     assert_eq!(lookups.load(Ordering::SeqCst), 1);
-    // The coordinator's broker fails (as a timed-out request would report):
-    // every caller of every one of its ids, every 10 ms for 1.5 s.
-    client.core.coordinators.suspect(&broker.addr);
+    // The coordinator's broker says it no longer coordinates them (and
+    // keeps naming itself): every caller of every one of its ids, every
+    // 10 ms for 1.5 s.
+    let unavailable = KafkaError::broker("DescribeTransactions", 15, None);
+    client.state().learn(Lesson::DescribeFailed {
+        addr: &broker.addr,
+        error: &unavailable,
+    });
     let started = Instant::now();
     while started.elapsed() < Duration::from_millis(1500) {
         for key in &keys {
@@ -240,11 +248,11 @@ async fn a_broker_that_accepts_and_never_answers_backs_off_longer_each_time() {
     let client = KafkaClient::new(config).unwrap();
     let mut blocks = Vec::new();
     for _ in 0..5 {
-        while let Some(left) = client.core.nodes.blocked_for(&addr) {
+        while let Some(left) = client.state().nodes().blocked_for(&addr) {
             tokio::time::sleep(left).await;
         }
         assert!(client.connection(&addr).await.is_err());
-        blocks.push(client.core.nodes.blocked_for(&addr).unwrap());
+        blocks.push(client.state().nodes().blocked_for(&addr).unwrap());
     }
     held.abort();
     // 50, 100, 200, 400, 800 ms, each within 20 %.
@@ -269,7 +277,11 @@ async fn not_coordinator_looks_every_id_of_the_broker_up_again_in_one_batch() {
     let keys: Vec<String> = (0..50).map(|i| format!("role-{i}")).collect();
     client.coordinators(&keys).await;
     // The coordinator moved: a describe answered NOT_COORDINATOR for one id.
-    client.core.coordinators.suspect(&broker.addr);
+    let moved = KafkaError::broker("DescribeTransactions", 16, None);
+    client.state().learn(Lesson::DescribeFailed {
+        addr: &broker.addr,
+        error: &moved,
+    });
     let before = broker.requests(ApiKey::FindCoordinator).len();
     client.coordinators(&keys[..1]).await;
     let sent = broker.requests(ApiKey::FindCoordinator);
@@ -341,7 +353,10 @@ async fn an_answer_another_broker_does_not_confirm_is_never_used() {
         id: 0,
         addr: brokers[0].addr.clone(),
     };
-    client.core.coordinators.learn("r", paused);
+    client.state().learn(Lesson::CoordinatorFound {
+        key: "r",
+        broker: &paused,
+    });
     let answer = client.describe_transaction("r").await.unwrap().unwrap();
     assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
     assert_eq!(brokers[0].requests(ApiKey::DescribeTransactions).len(), 1);

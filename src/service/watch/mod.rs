@@ -28,6 +28,7 @@ pub use tracker::{
 
 use super::check::Checker;
 use super::metrics::Metrics;
+use crate::backoff::{Backoff, Jitter};
 use crate::cluster::{Cluster, ClusterError, Tailed};
 use crate::coordination::{RoleState, role_partition};
 use crate::sync::{lock, read, write};
@@ -186,7 +187,11 @@ impl Watcher {
 
     /// The partition count, once the topic is readable and compacted.
     async fn layout(&self) -> i32 {
-        let mut delay = Duration::from_millis(200);
+        let mut backoff = Backoff::new(
+            Duration::from_millis(200),
+            Duration::from_secs(5),
+            Jitter::EQUAL,
+        );
         loop {
             let topic = &self.config.topic;
             let checked = async {
@@ -201,8 +206,7 @@ impl Watcher {
                 }
                 Err(e) => {
                     tracing::warn!(topic = %topic, error = %e, "the coordination topic is not readable yet; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
+                    tokio::time::sleep(backoff.next_delay()).await;
                 }
             }
         }
