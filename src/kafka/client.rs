@@ -7,7 +7,7 @@
 //!   timed-out request puts its broker in reconnect backoff, asks for a
 //!   metadata refresh and suspects the coordinators cached there);
 //! - a broker in reconnect backoff is not connected to: the attempt fails at
-//!   once;
+//!   once with the reason its last attempt failed;
 //! - a request that any broker can answer (metadata, FindCoordinator, topic
 //!   configs) goes to the least loaded broker that is not in backoff, and
 //!   fails over to the next one when that broker fails;
@@ -136,17 +136,22 @@ impl KafkaClient {
 
     /// The connection to `addr`, opened (or reopened) when needed. Callers
     /// for one address share one connection; only one of them connects. A
-    /// broker in reconnect backoff fails at once.
+    /// broker in reconnect backoff fails at once, with the reason its last
+    /// attempt failed.
     pub(crate) async fn connection(&self, addr: &str) -> Result<Arc<Connection>, KafkaError> {
         let slot = self.slot(addr);
         let mut guard = slot.lock().await;
         if let Some(conn) = guard.as_ref().filter(|c| !c.is_closed()) {
             return Ok(conn.clone());
         }
-        if let Some(left) = self.state().nodes().blocked_for(addr) {
+        if let Some(blocked) = self.state().nodes().blocked(addr) {
             return Err(KafkaError::Connect {
                 addr: addr.to_owned(),
-                reason: format!("failed recently; reconnecting in {} ms", left.as_millis()),
+                reason: format!(
+                    "{}; next try in {} ms",
+                    blocked.reason,
+                    blocked.left.as_millis()
+                ),
             });
         }
         match self.open(addr).await {

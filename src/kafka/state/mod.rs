@@ -18,8 +18,8 @@
 //!
 //! | lesson | what it teaches |
 //! |---|---|
-//! | a broker answered | its failures are forgotten; a broker that had failed is trusted as a coordinator again |
-//! | a connection could not be opened, and retrying may help (refused, reset, timed out, DNS) | the broker *breaks*: it waits out a reconnect backoff, metadata is refreshed before the next routed request, and its coordinators are suspect |
+//! | a broker answered | its failures are forgotten (logged at info if it had any); a broker that had backed off is trusted as a coordinator again |
+//! | a connection could not be opened | the reason is remembered until the broker answers, and logged: at warn for the first failure of a streak, then once a minute or when the reason changes, at debug otherwise; when retriable (refused, reset, timed out, DNS) the broker also *breaks*: it waits out a reconnect backoff (its attempts meanwhile fail with the remembered reason), metadata is refreshed before the next routed request, and its coordinators are suspect |
 //! | a request on a connection timed out, died or garbled | the broker breaks |
 //! | a Metadata answer | the view takes it; a new cluster id clears everything learned of the old cluster |
 //! | a partition request failed with a leader error (or a disconnect) | the topic's metadata is fetched afresh |
@@ -30,7 +30,7 @@
 //! | DescribeTransactions answered NOT_COORDINATOR (16) or COORDINATOR_NOT_AVAILABLE (15) | every id of that broker is looked up again, in one batch per backoff |
 //! | a describe batch was answered and confirmed in full | the broker is trusted as a coordinator again |
 //! | an answer was below a pair already seen | the id is forgotten and its broker suspect |
-//! | a transactional request failed to reach its coordinator or got 14–16 | the id is forgotten (one id, as Java's `TransactionManager`) |
+//! | a transactional request failed to reach its coordinator or got 14–16 | the id is forgotten: that id alone is looked up again |
 
 mod coordinators;
 mod describes;
@@ -49,6 +49,7 @@ pub use view::{PartitionMeta, TopicMeta};
 use super::config::{Broker, ClientConfig};
 use super::error::KafkaError;
 use super::observe::RequestObserver;
+use nodes::Loudness;
 
 /// What one request's outcome says about the cluster.
 #[derive(Debug)]
@@ -142,16 +143,17 @@ impl ClusterState {
     pub(crate) fn learn(&self, lesson: Lesson<'_>) {
         match lesson {
             Lesson::Answered { addr } => {
-                if self.nodes.succeeded(addr) {
-                    self.coordinators.trust(addr);
+                if let Some(backoffs) = self.nodes.succeeded(addr) {
+                    tracing::info!(addr, "a Kafka broker that failed answers again");
+                    if backoffs > 0 {
+                        self.coordinators.trust(addr);
+                    }
                 }
             }
             // Not retriable: TLS trust, credentials, versions. The caller
             // gets the error at once and nothing waits.
             Lesson::CannotConnect { addr, error } => {
-                if error.is_retriable() {
-                    self.broken(addr);
-                }
+                self.failed(addr, error, error.is_retriable());
             }
             Lesson::ConnectionLost { addr, error } => {
                 if matches!(
@@ -161,7 +163,7 @@ impl ClusterState {
                         | KafkaError::Protocol { .. }
                         | KafkaError::FrameTooLarge { .. }
                 ) {
-                    self.broken(addr);
+                    self.failed(addr, error, true);
                 }
             }
             Lesson::Metadata(answer) => {
@@ -210,13 +212,29 @@ impl ClusterState {
         }
     }
 
-    /// `addr` broke: it waits out a reconnect backoff, metadata is
+    /// `addr` could not be reached: the reason is remembered and reported;
+    /// a `broken` broker waits out a reconnect backoff, metadata is
     /// refreshed before the next routed request, and the coordinators
     /// cached there are looked up again.
-    fn broken(&self, addr: &str) {
-        self.nodes.failed(addr);
-        self.metadata.request_update();
-        self.coordinators.suspect(addr);
+    fn failed(&self, addr: &str, error: &KafkaError, broken: bool) {
+        let reason = match error {
+            KafkaError::Connect { reason, .. } => reason.clone(),
+            other => other.to_string(),
+        };
+        match self.nodes.failed(addr, &reason, broken) {
+            Loudness::Warn => tracing::warn!(
+                addr,
+                reason = %reason,
+                "cannot reach a Kafka broker (repeats within a minute are logged at debug)"
+            ),
+            Loudness::Quiet => {
+                tracing::debug!(addr, reason = %reason, "cannot reach a Kafka broker")
+            }
+        }
+        if broken {
+            self.metadata.request_update();
+            self.coordinators.suspect(addr);
+        }
     }
 }
 
@@ -295,10 +313,11 @@ mod tests {
             addr: "b:1",
             error: &refused,
         });
-        assert!(state.nodes.is_blocked("b:1"), "backs off");
+        let blocked = state.nodes.blocked("b:1").expect("backs off");
+        assert_eq!(blocked.reason, "Connection refused (os error 111)");
         assert!(state.coordinators.is_suspect("b:1"));
         state.learn(Lesson::Answered { addr: "b:1" });
-        assert!(!state.nodes.is_blocked("b:1"));
+        assert!(state.nodes.blocked("b:1").is_none());
         assert!(!state.coordinators.is_suspect("b:1"), "trusted again");
 
         let timeout = KafkaError::Timeout {
@@ -323,6 +342,11 @@ mod tests {
         });
         assert!(!state.nodes.is_blocked("b:1"));
         assert!(!state.coordinators.is_suspect("b:1"));
+        assert_eq!(
+            state.nodes.succeeded("b:1"),
+            Some(0),
+            "but it is remembered"
+        );
     }
 
     #[tokio::test]
