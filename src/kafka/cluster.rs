@@ -67,10 +67,10 @@ impl Cluster for KafkaClient {
     }
 
     fn cluster_id(&self) -> Option<std::sync::Arc<str>> {
-        self.core.metadata.cluster_id()
+        self.state().metadata().cluster_id()
     }
 
     fn remembered_bytes(&self) -> u64 {
-        self.core.coordinators.weighted_size()
+        self.state().coordinators().weighted_size()
     }
 }

@@ -11,6 +11,7 @@ use super::metrics::Metrics;
 use super::watch::{TrackerConfig, WatchConfig, Watcher};
 use crate::cluster::Cluster;
 use crate::kafka::{ClientConfig, KafkaClient, KafkaError};
+use crate::sync::lock;
 use crate::time::{Clock, SystemClock};
 
 /// Whether the service can answer, and why not.
@@ -22,18 +23,12 @@ pub struct Readiness {
 impl Readiness {
     /// `None` when ready; otherwise the reason.
     pub fn reason(&self) -> Option<String> {
-        self.not_ready
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        lock(&self.not_ready).clone()
     }
 
     /// Records the latest readiness probe.
     pub fn set(&self, reason: Option<String>) {
-        let mut current = self
-            .not_ready
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut current = lock(&self.not_ready);
         if *current != reason {
             match &reason {
                 None => tracing::info!("ready"),

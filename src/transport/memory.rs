@@ -25,6 +25,7 @@ use crate::coordination::{
     FencingToken, Key, Lease, LogRecord, Registration, decode_key, encode_key, encode_lease,
     encode_registration, role_partition,
 };
+use crate::sync::lock;
 
 /// Epochs at or above this are exhausted; the next mint rotates the producer
 /// id (Kafka's `isEpochExhausted`).
@@ -69,9 +70,7 @@ impl MemoryCluster {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ClusterState> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// A new member's producer on this cluster.
@@ -322,12 +321,7 @@ impl MemoryTransport {
         token: FencingToken,
         value: Option<Vec<u8>>,
     ) -> TransportResult<i64> {
-        let minted = self
-            .minted
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(role)
-            .copied();
+        let minted = lock(&self.minted).get(role).copied();
         if minted != Some(token) {
             return Err(TransportError::NotMinted {
                 role: role.to_owned(),
@@ -374,10 +368,7 @@ impl Coordinator for MemoryTransport {
         state.current.insert(role.to_owned(), token);
         state.txn_states.insert(role.to_owned(), "Empty");
         drop(state);
-        self.minted
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(role.to_owned(), token);
+        lock(&self.minted).insert(role.to_owned(), token);
         Ok(token)
     }
 

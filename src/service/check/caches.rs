@@ -22,6 +22,7 @@ use moka::sync::Cache;
 
 use crate::bounded::BoundedMap;
 use crate::coordination::FencingToken;
+use crate::sync::{read, write};
 
 /// What was learned when a token was found superseded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,19 +70,10 @@ impl Caches {
     /// to key entries by, `None` while it is unknown (nothing is cached then).
     pub fn cluster(&self, id: Option<Arc<str>>) -> Option<Cluster> {
         let id = id?;
-        if let Some(known) = self
-            .cluster
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-            .filter(|known| ***known == *id)
-        {
+        if let Some(known) = read(&self.cluster).as_ref().filter(|known| ***known == *id) {
             return Some(known.clone());
         }
-        let mut cluster = self
-            .cluster
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cluster = write(&self.cluster);
         match cluster.as_ref() {
             Some(known) if **known == *id => Some(known.clone()),
             known => {

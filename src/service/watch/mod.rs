@@ -28,8 +28,10 @@ pub use tracker::{
 
 use super::check::Checker;
 use super::metrics::Metrics;
+use crate::backoff::{Backoff, Jitter};
 use crate::cluster::{Cluster, ClusterError, Tailed};
 use crate::coordination::{RoleState, role_partition};
+use crate::sync::{lock, read, write};
 use crate::time::Clock;
 
 /// How the watcher runs.
@@ -93,11 +95,6 @@ pub struct Watcher {
     roles: AtomicI64,
 }
 
-fn lock(part: &Mutex<Part>) -> std::sync::MutexGuard<'_, Part> {
-    part.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl Watcher {
     /// A watcher of `config.topic`; it reads nothing until [`Watcher::run`].
     pub fn new(
@@ -128,10 +125,7 @@ impl Watcher {
     }
 
     fn parts(&self) -> Option<Parts> {
-        self.parts
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        read(&self.parts).clone()
     }
 
     /// The partition count, once the topic was found.
@@ -171,13 +165,7 @@ impl Watcher {
 
     /// Drops every role of the old parts (their series, the role count).
     fn reset(&self, parts: Option<Parts>) {
-        let old = std::mem::replace(
-            &mut *self
-                .parts
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-            parts,
-        );
+        let old = std::mem::replace(&mut *write(&self.parts), parts);
         for part in old.iter().flat_map(|p| p.iter()) {
             for role in lock(part).tracker.roles() {
                 self.role_metrics.remove(role);
@@ -199,7 +187,11 @@ impl Watcher {
 
     /// The partition count, once the topic is readable and compacted.
     async fn layout(&self) -> i32 {
-        let mut delay = Duration::from_millis(200);
+        let mut backoff = Backoff::new(
+            Duration::from_millis(200),
+            Duration::from_secs(5),
+            Jitter::EQUAL,
+        );
         loop {
             let topic = &self.config.topic;
             let checked = async {
@@ -214,8 +206,7 @@ impl Watcher {
                 }
                 Err(e) => {
                     tracing::warn!(topic = %topic, error = %e, "the coordination topic is not readable yet; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
+                    tokio::time::sleep(backoff.next_delay()).await;
                 }
             }
         }
