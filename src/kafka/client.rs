@@ -10,7 +10,8 @@
 //!   once with the reason its last attempt failed;
 //! - a request that any broker can answer (metadata, FindCoordinator, topic
 //!   configs) goes to the least loaded broker that is not in backoff, and
-//!   fails over to the next one when that broker fails;
+//!   fails over to the next one when that broker fails; a broker whose
+//!   metadata is behind another's (stale, `state::epochs`) is never asked;
 //! - unlike the Java client, such a request is also *hedged*: when no answer
 //!   came within [`ClientConfig::hedge_after`], the same request goes to a
 //!   second broker and the first answer wins, so a hung broker (which
@@ -256,8 +257,11 @@ impl KafkaClient {
         timeout: Duration,
     ) -> Result<R::Response, KafkaError> {
         let started = Instant::now();
-        let result = conn.call(request, timeout).await.map(|(r, _)| r);
         let addr = conn.addr();
+        if let Some(observer) = self.observer() {
+            observer.sent(addr, api_name(R::KEY));
+        }
+        let result = conn.call(request, timeout).await.map(|(r, _)| r);
         self.state().learn(match &result {
             Ok(_) => Lesson::Answered { addr },
             Err(error) => Lesson::ConnectionLost { addr, error },
@@ -272,13 +276,15 @@ impl KafkaClient {
     /// can answer: brokers with a live, idle connection first, then brokers
     /// not connected yet, then busy ones, and brokers in reconnect backoff
     /// last; ties in random order so load spreads (Java's `leastLoadedNode`).
-    /// The bootstrap list stands in until metadata names the brokers.
+    /// Stale brokers (metadata behind another broker's) are left out. The
+    /// bootstrap list stands in until metadata names the brokers.
     pub(crate) fn brokers_by_load(&self, exclude: &[&str]) -> Vec<String> {
         let mut addrs: Vec<String> = self.state().metadata().broker_addrs();
         if addrs.is_empty() {
             addrs = self.shared.config.bootstrap.clone();
         }
-        addrs.retain(|a| !exclude.contains(&a.as_str()));
+        let epochs = self.state().epochs();
+        addrs.retain(|a| !exclude.contains(&a.as_str()) && !epochs.is_stale(a));
         addrs.sort();
         addrs.dedup();
         let slots = lock(&self.pool.slots);

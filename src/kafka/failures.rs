@@ -462,3 +462,136 @@ async fn the_first_failure_per_address_is_a_warning_with_its_reason_and_repeats_
         assert_eq!(logs.lines("DEBUG", &format!("addr=\"{addr}\"")).len(), 3);
     }
 }
+
+/// Counts the answers refused as stale.
+#[derive(Debug, Default)]
+struct Refusals(AtomicUsize);
+
+impl super::observe::RequestObserver for Refusals {
+    fn observe(&self, _: &'static str, _: super::observe::Outcome, _: Duration) {}
+    fn stale_answer(&self, _: super::observe::StaleReason) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Three brokers. Broker 1 (X) is cut off from the controller: its metadata
+/// still has it leading `__transaction_state`-0 at epoch 4 (while
+/// `behind`), and it names itself the coordinator of every id and answers
+/// the deposed pair 7:1. Brokers 2 and 3 know broker 3 leads at epoch 5,
+/// name it coordinator, and broker 3 answers 7:2.
+async fn one_cut_off(behind: Arc<AtomicBool>) -> Vec<FakeBroker> {
+    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let mut brokers = Vec::new();
+    for me in 1..=3 {
+        let (addrs, behind) = (addrs.clone(), behind.clone());
+        brokers.push(
+            FakeBroker::start(Arc::new(move |header, body| {
+                let addrs = addrs.lock().unwrap().clone();
+                let list: Vec<(i32, &str)> =
+                    (1..=3).zip(addrs.iter().map(String::as_str)).collect();
+                let cut_off = me == 1 && behind.load(Ordering::SeqCst);
+                let (leader, epoch) = if cut_off { (1, 4) } else { (3, 5) };
+                let version = header.request_api_version;
+                match ApiKey::try_from(header.request_api_key).unwrap() {
+                    ApiKey::Metadata => {
+                        let partitions = [(0, leader, epoch)];
+                        let response = metadata(&list, Some(("__transaction_state", &partitions)));
+                        Some(answer(header, &response))
+                    }
+                    ApiKey::FindCoordinator => {
+                        let asked = request(version, body);
+                        let named = leader as usize;
+                        Some(answer(
+                            header,
+                            &naming(asked, |_| (leader, &addrs[named - 1])),
+                        ))
+                    }
+                    ApiKey::DescribeTransactions => {
+                        let asked: DescribeTransactionsRequest = request(version, body);
+                        let epoch = if me == 1 { 1 } else { 2 };
+                        let states = asked
+                            .transactional_ids
+                            .into_iter()
+                            .map(|id| {
+                                TransactionState::default()
+                                    .with_transactional_id(id)
+                                    .with_transaction_state(StrBytes::from_static_str("Empty"))
+                                    .with_producer_id(ProducerId(7))
+                                    .with_producer_epoch(epoch)
+                            })
+                            .collect();
+                        let response =
+                            DescribeTransactionsResponse::default().with_transaction_states(states);
+                        Some(answer(header, &response))
+                    }
+                    _ => None,
+                }
+            }))
+            .await,
+        );
+    }
+    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+    brokers
+}
+
+#[tokio::test]
+async fn a_broker_whose_metadata_is_behind_is_never_asked_to_look_up_or_confirm() {
+    let behind = Arc::new(AtomicBool::new(true));
+    let brokers = one_cut_off(behind.clone()).await;
+    let (x, y) = (brokers[0].addr.clone(), brokers[1].addr.clone());
+    let refusals = Arc::new(Refusals::default());
+    let mut config = ClientConfig::new([x.as_str()]);
+    config.request_timeout = Duration::from_secs(5);
+    config.operation_timeout = Duration::from_secs(8);
+    config.observer = Some(refusals.clone());
+    let client = KafkaClient::new(config).unwrap();
+    // Bootstrapped from X: its metadata is all the client knows ...
+    client.refresh_metadata(&[]).await.unwrap();
+    assert!(client.state().epochs().stale().is_empty());
+    // ... until another broker names the newer leader: X was deposed.
+    client
+        .metadata_from(&y, vec!["__transaction_state".into()])
+        .await
+        .unwrap();
+    assert_eq!(
+        client
+            .state()
+            .epochs()
+            .stale()
+            .iter()
+            .map(|(a, _)| a)
+            .collect::<Vec<_>>(),
+        [&x],
+        "the deposed leader is stale"
+    );
+    let asked_before = brokers[0].requests(ApiKey::FindCoordinator).len();
+    let ids: Vec<String> = (0..60).map(|i| format!("role-{i}")).collect();
+    for id in &ids {
+        let answer = client.describe_transaction(id).await.unwrap().unwrap();
+        assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2), "{id}");
+    }
+    assert_eq!(
+        brokers[0].requests(ApiKey::FindCoordinator).len(),
+        asked_before,
+        "no lookup or confirmation went to the stale broker"
+    );
+    assert!(brokers[0].requests(ApiKey::DescribeTransactions).is_empty());
+    assert_eq!(refusals.0.load(Ordering::SeqCst), 0, "no answer refused");
+
+    // Refreshes never take X's metadata, and probe it meanwhile; once it
+    // has caught up, it is asked again.
+    let probes = || brokers[0].requests(ApiKey::Metadata).len();
+    let before = probes();
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        client.refresh_metadata(&[]).await.unwrap();
+    }
+    assert!(probes() > before, "the stale broker was probed");
+    assert_eq!(client.state().epochs().stale().len(), 1, "still behind");
+    behind.store(false, Ordering::SeqCst);
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        client.refresh_metadata(&[]).await.unwrap();
+    }
+    assert!(client.state().epochs().stale().is_empty(), "caught up");
+}

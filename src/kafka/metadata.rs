@@ -5,6 +5,12 @@
 //! connection error, a timeout) waits for the refresh; everyone waits for
 //! the same one, and refreshes are at least `retry.backoff.ms` apart, as in
 //! Kafka's Java `Metadata`.
+//!
+//! Every refresh also asks for `__transaction_state`, whose leaders are the
+//! transaction coordinators: a broker whose coordinators moved without its
+//! knowing is then seen behind (`state::epochs`), and is asked nothing but
+//! the probes that find out whether it caught up. An answer of a broker
+//! found behind is not used: the refresh asks another broker.
 
 use std::collections::HashMap;
 
@@ -22,6 +28,9 @@ use super::state::{Leader, Lesson, MetadataAnswer, PartitionMeta, Refresh, Topic
 
 /// LEADER_NOT_AVAILABLE: retriable, refresh and try again.
 const LEADER_NOT_AVAILABLE: i16 = 5;
+
+/// The topic whose partition leaders are the transaction coordinators.
+const TRANSACTION_STATE: &str = "__transaction_state";
 
 /// A Metadata request for `topics`, never creating one.
 fn build_metadata(topics: Vec<String>) -> MetadataRequest {
@@ -145,11 +154,66 @@ impl KafkaClient {
     }
 
     async fn fetch_metadata(&self) -> Result<(), KafkaError> {
-        let request = build_metadata(self.state().metadata().wanted());
-        let (response, _) = self.send_any(&request, &[]).await?;
-        self.state()
-            .learn(Lesson::Metadata(parse_metadata(response)));
+        self.probe_stale();
+        let request = build_metadata(self.refresh_topics(None));
+        let sent = Instant::now();
+        let (response, from) = self.send_any(&request, &[]).await?;
+        self.state().learn(Lesson::Metadata {
+            answer: parse_metadata(response),
+            from: &from,
+            sent,
+        });
+        if self.state().epochs().is_stale(&from) {
+            return Err(KafkaError::Stale {
+                addr: from,
+                reason: "its metadata is behind another broker's".into(),
+            });
+        }
         Ok(())
+    }
+
+    /// The topics a refresh asks for: `only` (else every wanted topic), and
+    /// the transaction coordinators' topic.
+    fn refresh_topics(&self, only: Option<&str>) -> Vec<String> {
+        let mut topics = match only {
+            Some(topic) => vec![topic.to_owned()],
+            None => self.state().metadata().wanted(),
+        };
+        if !topics.iter().any(|t| t == TRANSACTION_STATE) {
+            topics.push(TRANSACTION_STATE.to_owned());
+        }
+        topics
+    }
+
+    /// One Metadata request to the broker at `addr` for `topics`, learned
+    /// from.
+    pub(crate) async fn metadata_from(
+        &self,
+        addr: &str,
+        topics: Vec<String>,
+    ) -> Result<(), KafkaError> {
+        let sent = Instant::now();
+        let response = self.send_to(addr, &build_metadata(topics)).await?;
+        self.state().learn(Lesson::Metadata {
+            answer: parse_metadata(response),
+            from: addr,
+            sent,
+        });
+        Ok(())
+    }
+
+    /// Sends a probe to every stale broker whose next one is due (each in
+    /// its own task): an answer behind nowhere makes it current again.
+    pub(crate) fn probe_stale(&self) {
+        for addr in self.state().epochs().due_probes() {
+            let client = self.clone();
+            let topics = self.refresh_topics(None);
+            tokio::spawn(async move {
+                if let Err(error) = client.metadata_from(&addr, topics).await {
+                    tracing::debug!(broker = %addr, %error, "a probe of a stale broker failed");
+                }
+            });
+        }
     }
 
     /// The id of the cluster, once metadata was fetched.

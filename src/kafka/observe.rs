@@ -65,6 +65,14 @@ pub trait RequestObserver: Send + Sync + std::fmt::Debug {
     /// One request to one broker finished.
     fn observe(&self, api: &'static str, outcome: Outcome, elapsed: Duration);
 
+    /// One request of `api` went to the broker at `addr` (on an open
+    /// connection).
+    fn sent(&self, _addr: &str, _api: &'static str) {}
+
+    /// The broker at `addr` became stale (its metadata is behind another
+    /// broker's) or, with `false`, current again.
+    fn broker_stale(&self, _addr: &str, _stale: bool) {}
+
     /// One DescribeTransactions went out with `ids` transactional ids.
     fn describe_batch(&self, _ids: usize) {}
 

@@ -39,6 +39,10 @@ pub struct Metrics {
     pub cluster_changes: IntCounter,
     /// Coordinator lookups (FindCoordinator, not confirmations).
     pub coordinator_lookups: IntCounter,
+    /// Kafka requests sent, by broker and API.
+    pub broker_requests: IntCounterVec,
+    /// 1 while a broker's metadata is behind another broker's.
+    pub broker_stale: IntGaugeVec,
     /// Records of the topic that did not decode, by part.
     pub malformed_records: IntCounterVec,
     /// Constant 1, labelled with the version.
@@ -125,6 +129,20 @@ impl Metrics {
             "krabka_coordinator_lookups_total",
             "Coordinator lookups sent (one batched FindCoordinator each; the confirmations of describes are not counted).",
         )?;
+        let broker_requests = IntCounterVec::new(
+            Opts::new(
+                "krabka_kafka_broker_requests_total",
+                "Kafka requests sent on open connections, by broker address and API.",
+            ),
+            &["broker", "api"],
+        )?;
+        let broker_stale = IntGaugeVec::new(
+            Opts::new(
+                "krabka_kafka_broker_stale",
+                "1 while a broker's metadata is behind another broker's (a lower leader epoch: cut off from the controller, or a deposed leader not yet caught up); such a broker is asked for nothing but probes. 0 once it caught up.",
+            ),
+            &["broker"],
+        )?;
         let malformed_records = IntCounterVec::new(
             Opts::new(
                 "krabka_state_malformed_records_total",
@@ -149,6 +167,8 @@ impl Metrics {
             Box::new(stale_answers.clone()),
             Box::new(cluster_changes.clone()),
             Box::new(coordinator_lookups.clone()),
+            Box::new(broker_requests.clone()),
+            Box::new(broker_stale.clone()),
             Box::new(malformed_records.clone()),
             Box::new(build_info.clone()),
         ] {
@@ -184,6 +204,8 @@ impl Metrics {
             stale_answers,
             cluster_changes,
             coordinator_lookups,
+            broker_requests,
+            broker_stale,
             malformed_records,
             build_info,
         })
@@ -219,6 +241,16 @@ impl RequestObserver for Metrics {
         self.kafka_request_duration
             .with_label_values(&[api])
             .observe(elapsed.as_secs_f64());
+    }
+
+    fn sent(&self, addr: &str, api: &'static str) {
+        self.broker_requests.with_label_values(&[addr, api]).inc();
+    }
+
+    fn broker_stale(&self, addr: &str, stale: bool) {
+        self.broker_stale
+            .with_label_values(&[addr])
+            .set(i64::from(stale));
     }
 
     fn describe_batch(&self, ids: usize) {

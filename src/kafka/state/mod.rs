@@ -1,10 +1,14 @@
 //! What the client knows of the cluster between requests, and the one place
 //! that decides what a request's outcome teaches it.
 //!
-//! Four tables, each the only owner of its state:
+//! Five tables, each the only owner of its state:
 //! - [`nodes`]: per broker address, the failures since it last answered,
 //!   the reconnect backoff they earned and why the last one failed;
 //! - [`view`]: brokers, partition leaders and the cluster id (metadata);
+//! - [`epochs`]: the newest leader epoch of each partition any broker
+//!   reported, the brokers whose metadata is behind it (stale: not asked
+//!   for metadata, lookups or confirmations until they catch up) and the
+//!   leaders another broker confirmed;
 //! - [`coordinators`]: the coordinator of each transactional id, the suspect
 //!   brokers, and the lookups waiting or in flight;
 //! - [`describes`]: the describes waiting for their coordinator's next batch.
@@ -21,7 +25,9 @@
 //! | a broker answered | its failures are forgotten (logged at info if it had any); a broker that had backed off is trusted as a coordinator again |
 //! | a connection could not be opened | the reason is remembered until the broker answers, and logged: at warn for the first failure of a streak, then once a minute or when the reason changes, at debug otherwise; when retriable (refused, reset, timed out, DNS) the broker also *breaks*: it waits out a reconnect backoff (its attempts meanwhile fail with the remembered reason), metadata is refreshed before the next routed request, and its coordinators are suspect |
 //! | a request on a connection timed out, died or garbled | the broker breaks |
-//! | a Metadata answer | the view takes it; a new cluster id clears everything learned of the old cluster |
+//! | a broker's cluster id (in a Metadata answer) | checked before anything else: a new id clears everything learned of the old cluster |
+//! | a Metadata answer behind another broker's (a lower leader epoch) | its broker is stale: not asked for metadata, lookups or confirmations, its coordinators suspect, until an answer of it is behind nowhere; the answer is not used |
+//! | a Metadata answer that is current | the view takes it (never an older leader epoch than known); its broker is current again; the old leader of a partition it moves is stale; it confirms the leaders it names other than its own broker |
 //! | a partition request failed with a leader error (or a disconnect) | the topic's metadata is fetched afresh |
 //! | a topic's metadata is old (created, no usable leader, wanted fresh) | the same |
 //! | a long poll is overdue | metadata is refreshed before the next routed request |
@@ -34,14 +40,20 @@
 
 mod coordinators;
 mod describes;
+mod epochs;
 mod nodes;
 mod view;
 
+use std::collections::HashMap;
 use std::sync::Arc;
+
+use tokio::time::Instant;
 
 pub(crate) use coordinators::{Answer, Coordinators};
 pub(crate) use describes::{DescribeQueues, Reply as DescribeReply};
 pub use describes::{Described, TransactionDescription};
+pub(crate) use epochs::Epochs;
+use epochs::Judgement;
 pub(crate) use nodes::NodeStates;
 pub(crate) use view::{Leader, Metadata, MetadataAnswer, Refresh};
 pub use view::{PartitionMeta, TopicMeta};
@@ -66,8 +78,12 @@ pub(crate) enum Lesson<'a> {
         addr: &'a str,
         error: &'a KafkaError,
     },
-    /// A Metadata answer.
-    Metadata(MetadataAnswer),
+    /// A Metadata answer of the broker at `from`, asked at `sent`.
+    Metadata {
+        answer: MetadataAnswer,
+        from: &'a str,
+        sent: Instant,
+    },
     /// The metadata of `topic` is known to be old.
     TopicStale { topic: &'a str },
     /// A Fetch, ListOffsets or Produce of a partition of `topic` failed.
@@ -99,6 +115,7 @@ pub(crate) enum Lesson<'a> {
 pub(crate) struct ClusterState {
     nodes: NodeStates,
     metadata: Metadata,
+    epochs: Epochs,
     coordinators: Coordinators,
     describes: DescribeQueues,
     observer: Option<Arc<dyn RequestObserver>>,
@@ -109,6 +126,7 @@ impl ClusterState {
         ClusterState {
             nodes: NodeStates::new(config.reconnect_backoff, config.reconnect_backoff_max),
             metadata: Metadata::default(),
+            epochs: Epochs::new(config.retry_backoff, config.retry_backoff_max),
             coordinators: Coordinators::new(
                 config.retry_backoff,
                 config.retry_backoff_max,
@@ -127,6 +145,11 @@ impl ClusterState {
     /// The cluster view.
     pub(crate) fn metadata(&self) -> &Metadata {
         &self.metadata
+    }
+
+    /// Leader epochs across brokers: the stale ones, the confirmed leaders.
+    pub(crate) fn epochs(&self) -> &Epochs {
+        &self.epochs
     }
 
     /// The coordinator table and its lookups.
@@ -166,12 +189,37 @@ impl ClusterState {
                     self.failed(addr, error, true);
                 }
             }
-            Lesson::Metadata(answer) => {
-                if let Some((old, new)) = self.metadata.record(answer) {
-                    tracing::warn!(old = %old, new = %new, "the cluster id changed: the bootstrap servers lead to another cluster; forgetting everything learned of the old one");
-                    self.coordinators.clear();
-                    if let Some(observer) = &self.observer {
-                        observer.cluster_changed();
+            Lesson::Metadata {
+                mut answer,
+                from,
+                sent,
+            } => {
+                self.adopt_cluster(from, answer.cluster_id.as_ref());
+                let mut addrs: HashMap<i32, String> = self.metadata.brokers();
+                addrs.extend(answer.brokers.iter().cloned());
+                let from_id = addrs.iter().find(|(_, a)| *a == from).map(|(id, _)| *id);
+                match self.epochs.judge(from, from_id, sent, &mut answer, &addrs) {
+                    Judgement::Stale { first, why } => {
+                        if first {
+                            tracing::warn!(broker = from, reason = %why, "a Kafka broker's metadata is behind another broker's (cut off from the controller?); not asking it for metadata, coordinators or confirmations until it catches up");
+                            self.stale(from);
+                        }
+                    }
+                    Judgement::Current { caught_up, deposed } => {
+                        if caught_up {
+                            tracing::info!(
+                                broker = from,
+                                "a stale Kafka broker's metadata caught up; asking it again"
+                            );
+                            if let Some(observer) = &self.observer {
+                                observer.broker_stale(from, false);
+                            }
+                        }
+                        for (addr, why) in &deposed {
+                            tracing::info!(broker = %addr, reason = %why, "a Kafka broker lost a partition's leadership; asking it for metadata before using it again");
+                            self.stale(addr);
+                        }
+                        self.metadata.record(answer);
                     }
                 }
             }
@@ -209,6 +257,33 @@ impl ClusterState {
                     self.coordinators.forget(key);
                 }
             }
+        }
+    }
+
+    /// A cluster id a broker reported: another one than known forgets
+    /// everything learned of the old cluster.
+    fn adopt_cluster(&self, addr: &str, id: Option<&Arc<str>>) {
+        let Some((old, new)) = self.metadata.adopt_cluster(id) else {
+            return;
+        };
+        tracing::warn!(old = %old, new = %new, broker = addr, "the cluster id changed: the bootstrap servers lead to another cluster; forgetting everything learned of the old one");
+        let stale = self.epochs.stale();
+        self.epochs.clear();
+        self.coordinators.clear();
+        if let Some(observer) = &self.observer {
+            for (addr, _) in &stale {
+                observer.broker_stale(addr, false);
+            }
+            observer.cluster_changed();
+        }
+    }
+
+    /// `addr`'s metadata is behind: its coordinators are looked up again
+    /// (elsewhere), and the observer hears of it.
+    fn stale(&self, addr: &str) {
+        self.coordinators.suspect(addr);
+        if let Some(observer) = &self.observer {
+            observer.broker_stale(addr, true);
         }
     }
 
@@ -281,25 +356,89 @@ mod tests {
         }
     }
 
+    /// `answer` as broker `from` gave it, asked now.
+    fn learn_metadata(state: &ClusterState, from: &str, answer: MetadataAnswer) {
+        state.learn(Lesson::Metadata {
+            answer,
+            from,
+            sent: Instant::now(),
+        });
+    }
+
+    /// An answer of cluster "a" listing brokers 1-3 (`b:<id>`) and topic
+    /// "t" with `partitions` as (index, leader, epoch).
+    fn led(partitions: &[(i32, i32, i32)]) -> MetadataAnswer {
+        let mut answer = answer("a");
+        answer.brokers = (1..=3).map(|id| (id, format!("b:{id}"))).collect();
+        answer.topics[0].1.partitions = partitions
+            .iter()
+            .map(|&(index, leader, leader_epoch)| PartitionMeta {
+                index,
+                leader,
+                leader_epoch,
+                error: 0,
+            })
+            .collect();
+        answer
+    }
+
     #[tokio::test]
     async fn another_cluster_id_forgets_what_was_learned_of_the_old_one() {
         let changes = Arc::new(Changes::default());
         let mut config = ClientConfig::new(["b:1"]);
         config.observer = Some(changes.clone());
         let state = ClusterState::new(&config);
-        state.learn(Lesson::Metadata(answer("a")));
+        learn_metadata(&state, "b:1", answer("a"));
         let b1 = broker("b:1");
         state.learn(Lesson::CoordinatorFound {
             key: "r",
             broker: &b1,
         });
-        state.learn(Lesson::Metadata(answer("a")));
+        learn_metadata(&state, "b:1", answer("a"));
         assert_eq!(changes.0.load(Ordering::SeqCst), 0);
         assert!(state.coordinators.weighted_size() > 0);
 
-        state.learn(Lesson::Metadata(answer("b")));
+        let mut other = answer("b");
+        other.topics.clear();
+        learn_metadata(&state, "b:1", other);
         assert_eq!(changes.0.load(Ordering::SeqCst), 1, "counted once");
         assert_eq!(state.coordinators.weighted_size(), 0, "its coordinators");
+        assert!(state.metadata.topic("t").is_none(), "its topics");
+        learn_metadata(&state, "b:1", answer("b"));
+        assert_eq!(changes.0.load(Ordering::SeqCst), 1);
+        learn_metadata(&state, "b:1", answer("a"));
+        assert_eq!(changes.0.load(Ordering::SeqCst), 2, "and back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broker_behind_another_is_asked_nothing_until_it_catches_up() {
+        let state = state();
+        learn_metadata(&state, "b:2", led(&[(0, 1, 4)]));
+        let b1 = broker("b:1");
+        state.learn(Lesson::CoordinatorFound {
+            key: "r",
+            broker: &b1,
+        });
+        // Broker 2 learns that broker 3 leads now: broker 1 was deposed.
+        learn_metadata(&state, "b:2", led(&[(0, 3, 5)]));
+        assert!(state.epochs.is_stale("b:1"));
+        assert!(state.coordinators.is_suspect("b:1"), "its coordinators");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        // Broker 1, cut off, still names itself: its answer is not used.
+        learn_metadata(&state, "b:1", led(&[(0, 1, 4)]));
+        let p = &state.metadata.topic("t").unwrap().partitions[0];
+        assert_eq!((p.leader, p.leader_epoch), (3, 5));
+        assert!(state.epochs.is_stale("b:1"));
+        // Caught up.
+        learn_metadata(&state, "b:1", led(&[(0, 3, 5)]));
+        assert!(!state.epochs.is_stale("b:1"));
+        // Another cluster forgets the epochs: its lower ones are current.
+        let mut fresh = led(&[(0, 1, 0)]);
+        fresh.cluster_id = Some("z".into());
+        learn_metadata(&state, "b:1", fresh);
+        assert!(!state.epochs.is_stale("b:1"));
+        let p = &state.metadata.topic("t").unwrap().partitions[0];
+        assert_eq!((p.leader, p.leader_epoch), (1, 0));
     }
 
     #[tokio::test(start_paused = true)]
@@ -415,7 +554,7 @@ mod tests {
             (KafkaError::broker("Fetch", 74, None), true),
             (KafkaError::broker("Fetch", 1, None), false),
         ] {
-            state.learn(Lesson::Metadata(answer("a")));
+            learn_metadata(&state, "b:1", answer("a"));
             state.learn(Lesson::PartitionError {
                 topic: "t",
                 error: &error,

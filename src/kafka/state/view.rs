@@ -8,10 +8,12 @@
 //!   metadata meanwhile waits for that one (single flight), and refreshes are
 //!   at least `retry.backoff.ms` apart;
 //! - a partition's leader epoch never goes back: an answer from a broker
-//!   that has not yet seen a leadership change keeps the newer entry.
+//!   that has not yet seen a leadership change keeps the newer entry (the
+//!   rule, and the brokers that stay behind, are `state::epochs`).
 //!
-//! A change of cluster id (the bootstrap address now leads to another
-//! cluster) clears everything learned of the old one.
+//! The cluster id is taken in before anything else an answer says: a change
+//! (the bootstrap address now leads to another cluster) clears everything
+//! learned of the old one, its brokers included.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -78,44 +80,40 @@ struct View {
 }
 
 impl View {
-    /// Takes in `answer`; returns the old and new cluster ids when the
-    /// cluster changed (and everything learned of the old one is gone).
-    fn record(&mut self, answer: MetadataAnswer, now: Instant) -> Option<(Arc<str>, Arc<str>)> {
-        let changed = match (&self.cluster_id, &answer.cluster_id) {
-            (Some(old), Some(new)) if old != new => {
+    /// Takes in the cluster id a broker reported; the old and new ids when
+    /// it differs from the known one (and everything learned of the old
+    /// cluster is gone).
+    fn adopt_cluster(&mut self, id: Option<&Arc<str>>) -> Option<(Arc<str>, Arc<str>)> {
+        let id = id?;
+        let changed = match &self.cluster_id {
+            Some(old) if old != id => {
                 self.topics.clear();
+                self.brokers.clear();
                 self.most_brokers = 0;
-                Some((old.clone(), new.clone()))
+                self.stale = true;
+                Some((old.clone(), id.clone()))
             }
             _ => None,
         };
-        if answer.cluster_id.is_some() {
-            self.cluster_id = answer.cluster_id;
-        }
+        self.cluster_id = Some(id.clone());
+        changed
+    }
+
+    /// Takes in a current answer (its cluster id already adopted, its
+    /// leaders never older than known: `state::epochs`).
+    fn record(&mut self, answer: MetadataAnswer, now: Instant) {
         if !answer.brokers.is_empty() {
             self.brokers = answer.brokers.into_iter().collect();
             self.most_brokers = self.most_brokers.max(self.brokers.len());
         }
-        for (name, mut topic) in answer.topics {
-            if let Some((previous, _)) = self.topics.get(&name) {
-                for partition in &mut topic.partitions {
-                    // An older leader epoch than we know: this broker lags;
-                    // keep what we know (Java's Metadata does).
-                    if let Some(old) = previous
-                        .partitions
-                        .iter()
-                        .find(|o| o.index == partition.index)
-                        && partition.leader_epoch >= 0
-                        && old.leader_epoch > partition.leader_epoch
-                    {
-                        *partition = old.clone();
-                    }
-                }
-            }
+        let answered: BTreeSet<&str> = answer.topics.iter().map(|(t, _)| t.as_str()).collect();
+        // An answer for some topics (a confirmation) is not the refresh.
+        if self.wanted.iter().all(|t| answered.contains(t.as_str())) {
+            self.stale = false;
+        }
+        for (name, topic) in answer.topics {
             self.topics.insert(name, (topic, now));
         }
-        self.stale = false;
-        changed
     }
 }
 
@@ -139,10 +137,15 @@ impl std::fmt::Debug for Metadata {
 }
 
 impl Metadata {
-    /// Takes in a Metadata answer; the old and new cluster ids when the
-    /// cluster changed.
-    pub(super) fn record(&self, answer: MetadataAnswer) -> Option<(Arc<str>, Arc<str>)> {
-        write(&self.view).record(answer, Instant::now())
+    /// Takes in the cluster id a broker reported (checked before anything
+    /// else its answer says); the old and new ids when the cluster changed.
+    pub(super) fn adopt_cluster(&self, id: Option<&Arc<str>>) -> Option<(Arc<str>, Arc<str>)> {
+        write(&self.view).adopt_cluster(id)
+    }
+
+    /// Takes in a current Metadata answer.
+    pub(super) fn record(&self, answer: MetadataAnswer) {
+        write(&self.view).record(answer, Instant::now());
     }
 
     /// Marks the view stale: the next routed request refreshes it first.
@@ -269,38 +272,34 @@ mod tests {
         }
     }
 
-    fn leader(metadata: &Metadata) -> (i32, i32) {
-        let p = &metadata.fresh_topic("t", AGE).unwrap().partitions[0];
-        (p.leader, p.leader_epoch)
-    }
-
     #[tokio::test]
-    async fn an_answer_with_an_older_leader_epoch_keeps_the_newer_leader() {
+    async fn another_cluster_id_forgets_the_old_clusters_topics_and_brokers() {
         let metadata = Metadata::default();
-        metadata.record(answer("a", &[(0, 2, 8)]));
-        // A broker that has not seen the move yet answers the old leader.
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        assert_eq!(metadata.adopt_cluster(Some(&a)), None, "the first id");
         metadata.record(answer("a", &[(0, 1, 7)]));
-        assert_eq!(leader(&metadata), (2, 8));
-        metadata.record(answer("a", &[(0, 1, 9)]));
-        assert_eq!(leader(&metadata), (1, 9));
         assert!(metadata.is_multi_broker());
+        assert_eq!(metadata.adopt_cluster(Some(&a)), None);
+        assert_eq!(metadata.adopt_cluster(None), None, "no id: nothing said");
+        assert_eq!(metadata.adopt_cluster(Some(&b)), Some((a, b.clone())));
+        assert_eq!(metadata.cluster_id(), Some(b));
+        assert_eq!(metadata.topic("t"), None, "the old cluster's topics");
+        assert!(metadata.broker_addrs().is_empty(), "and brokers are gone");
+        assert!(!metadata.is_multi_broker());
     }
 
     #[tokio::test]
-    async fn another_cluster_id_forgets_the_old_clusters_topics() {
+    async fn an_answer_for_some_topics_is_not_the_refresh_the_view_waits_for() {
         let metadata = Metadata::default();
-        assert_eq!(metadata.record(answer("a", &[(0, 1, 7)])), None);
-        assert_eq!(metadata.record(answer("a", &[(0, 1, 7)])), None);
-        let mut other = answer("b", &[]);
-        other.topics.clear();
-        let changed = metadata.record(other);
-        assert_eq!(changed, Some(("a".into(), "b".into())));
-        assert_eq!(metadata.cluster_id().as_deref(), Some("b"));
-        assert_eq!(
-            metadata.topic("t"),
-            None,
-            "the old cluster's topics are gone"
-        );
+        metadata.want(&["t", "u"]);
+        metadata.record(answer("a", &[(0, 1, 7)]));
+        metadata.request_update();
+        metadata.record(answer("a", &[(0, 1, 7)]));
+        assert!(metadata.fresh_topic("t", AGE).is_none(), "still stale");
+        let mut both = answer("a", &[(0, 1, 7)]);
+        both.topics.push(("u".into(), both.topics[0].1.clone()));
+        metadata.record(both);
+        assert!(metadata.fresh_topic("t", AGE).is_some());
     }
 
     #[tokio::test]
