@@ -8,6 +8,11 @@
 //!   metadata refresh and suspects the coordinators cached there);
 //! - a broker in reconnect backoff is not connected to: the attempt fails at
 //!   once with the reason its last attempt failed;
+//! - every new connection first asks the broker for its cluster id (after
+//!   ApiVersions and SASL, before anything else): a broker of another
+//!   cluster behind a known address is noticed before it answers anything
+//!   else, and everything learned of the old cluster is forgotten; answers
+//!   arriving on connections to the old cluster are refused;
 //! - a request that any broker can answer (metadata, FindCoordinator, topic
 //!   configs) goes to the least loaded broker that is not in backoff, and
 //!   fails over to the next one when that broker fails; a broker whose
@@ -142,7 +147,10 @@ impl KafkaClient {
     pub(crate) async fn connection(&self, addr: &str) -> Result<Arc<Connection>, KafkaError> {
         let slot = self.slot(addr);
         let mut guard = slot.lock().await;
-        if let Some(conn) = guard.as_ref().filter(|c| !c.is_closed()) {
+        if let Some(conn) = guard
+            .as_ref()
+            .filter(|c| !c.is_closed() && self.of_known_cluster(c))
+        {
             return Ok(conn.clone());
         }
         if let Some(blocked) = self.state().nodes().blocked(addr) {
@@ -214,8 +222,15 @@ impl KafkaClient {
                 conn.retire_at(Instant::now() + lifetime.mul_f64(share));
             }
         }
+        let id = conn.ask_cluster_id(config.request_timeout).await?;
+        self.state().learn(Lesson::ClusterId { addr, id });
         tracing::debug!(addr, protocol = config.security.protocol(), "connected");
         Ok(conn)
+    }
+
+    /// False when `conn` leads to another cluster than the one known now.
+    fn of_known_cluster(&self, conn: &Connection) -> bool {
+        self.state().metadata().is_cluster(conn.cluster_id())
     }
 
     /// Sends one request to the broker at `addr` with the client's request
@@ -262,6 +277,16 @@ impl KafkaClient {
             observer.sent(addr, api_name(R::KEY));
         }
         let result = conn.call(request, timeout).await.map(|(r, _)| r);
+        if result.is_ok() && !self.of_known_cluster(conn) {
+            // Sent to the old cluster, answered after the new one was
+            // found: nothing it says may be used.
+            let reason = "the address now leads to another cluster";
+            conn.close(reason);
+            return Err(KafkaError::ConnectionClosed {
+                addr: addr.to_owned(),
+                reason: reason.into(),
+            });
+        }
         self.state().learn(match &result {
             Ok(_) => Lesson::Answered { addr },
             Err(error) => Lesson::ConnectionLost { addr, error },

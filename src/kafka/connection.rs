@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -94,6 +94,9 @@ pub(crate) struct Connection {
     /// When set, the connection is retired at this instant (the end of its
     /// SASL session, KIP-368): later requests open a new connection.
     retire_at: Option<tokio::time::Instant>,
+    /// The id of the cluster the broker said it belongs to when the
+    /// connection opened.
+    cluster_id: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -137,6 +140,7 @@ impl Connection {
             features: HashMap::new(),
             tasks: [reader, writer],
             retire_at: None,
+            cluster_id: None,
         }
     }
 
@@ -173,6 +177,33 @@ impl Connection {
             .map(|f| (f.name.to_string(), f.max_version_level))
             .collect();
         Ok(())
+    }
+
+    /// Asks the broker which cluster it belongs to (a Metadata request for
+    /// no topic, which needs no permission) and remembers it: the first
+    /// request of every connection, so that nothing else is sent to a
+    /// broker of another cluster behind a known address.
+    pub(crate) async fn ask_cluster_id(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<Arc<str>>, KafkaError> {
+        let request = MetadataRequest::default()
+            .with_topics(Some(Vec::new()))
+            .with_allow_auto_topic_creation(false);
+        let (response, _) = self.call(&request, timeout).await?;
+        self.cluster_id = response.cluster_id.map(|id| id.as_str().into());
+        Ok(self.cluster_id.clone())
+    }
+
+    /// The cluster id the broker reported when the connection opened.
+    pub(crate) fn cluster_id(&self) -> Option<&str> {
+        self.cluster_id.as_deref()
+    }
+
+    /// Fails every request in flight and every later one: the connection
+    /// is of no use (it leads to another cluster than the known one).
+    pub(crate) fn close(&self, reason: &str) {
+        self.shared.poison(self.shared.closed(reason));
     }
 
     /// The finalized level of a cluster feature, as the broker reported it

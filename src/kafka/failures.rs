@@ -595,3 +595,44 @@ async fn a_broker_whose_metadata_is_behind_is_never_asked_to_look_up_or_confirm(
     }
     assert!(client.state().epochs().stale().is_empty(), "caught up");
 }
+
+#[tokio::test]
+async fn a_connection_asks_the_cluster_id_first_and_answers_of_an_old_cluster_are_refused() {
+    let brokers = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let coordinator = Arc::new(std::sync::Mutex::new((1, String::new())));
+    let broker = answering(brokers.clone(), coordinator, Arc::default()).await;
+    *brokers.lock().unwrap() = vec![(1, broker.addr.clone())];
+    let client = client(&[&broker.addr]);
+    let conn = client.connection(&broker.addr).await.unwrap();
+    assert_eq!(conn.cluster_id(), Some("fake-cluster"));
+    assert_eq!(client.cluster_id().as_deref(), Some("fake-cluster"));
+    let first: Vec<ApiKey> = broker.seen.lock().unwrap().iter().map(|s| s.0).collect();
+    assert_eq!(
+        first,
+        [ApiKey::Metadata],
+        "the first request after ApiVersions"
+    );
+    // Another connection found another cluster behind the address: what
+    // this one answers now is of the old cluster.
+    client.state().learn(Lesson::ClusterId {
+        addr: &broker.addr,
+        id: Some("rebuilt".into()),
+    });
+    let request = kafka_protocol::messages::MetadataRequest::default();
+    let refused = client
+        .call_on(&conn, &request, Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, KafkaError::ConnectionClosed { reason, .. } if reason.contains("another cluster")),
+        "{refused}"
+    );
+    assert!(conn.is_closed());
+    let again = client.connection(&broker.addr).await.unwrap();
+    assert!(!Arc::ptr_eq(&conn, &again), "a new connection");
+    assert_eq!(
+        client.cluster_id().as_deref(),
+        Some("fake-cluster"),
+        "which asked again"
+    );
+}

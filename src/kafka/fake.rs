@@ -1,13 +1,16 @@
 //! Scripted brokers on loopback, for the fast tier: the client's routing,
 //! retries and failure handling against brokers that answer what a test
-//! says, or never answer at all (a hung broker).
+//! says, or never answer at all (a hung broker). A broker can be replaced
+//! by another behind the same address (another cluster), and holds a Fetch
+//! answer for the request's long-poll wait, as a broker with no new data.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, BrokerId, MetadataResponse, RequestHeader, ResponseHeader,
-    TopicName,
+    ApiKey, ApiVersionsResponse, BrokerId, FetchRequest, MetadataResponse, RequestHeader,
+    ResponseHeader, TopicName,
     api_versions_response::ApiVersion,
     metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic},
 };
@@ -28,12 +31,15 @@ pub(crate) struct FakeBroker {
     pub(crate) addr: String,
     /// Every request but ApiVersions: (API, version, body).
     pub(crate) seen: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>,
+    script: Arc<RwLock<Script>>,
+    connections: Arc<Mutex<tokio::task::JoinSet<()>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for FakeBroker {
     fn drop(&mut self) {
         self.task.abort();
+        self.connections.lock().unwrap().abort_all();
     }
 }
 
@@ -43,48 +49,35 @@ impl FakeBroker {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let seen: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>> = Arc::default();
-        let log = seen.clone();
+        let script = Arc::new(RwLock::new(script));
+        let connections: Arc<Mutex<tokio::task::JoinSet<()>>> = Arc::default();
+        let (log, scripted, open) = (seen.clone(), script.clone(), connections.clone());
         let task = tokio::spawn(async move {
             loop {
-                let Ok((mut socket, _)) = listener.accept().await else {
+                let Ok((socket, _)) = listener.accept().await else {
                     return;
                 };
-                let (script, log) = (script.clone(), log.clone());
-                tokio::spawn(async move {
-                    loop {
-                        let Ok(size) = socket.read_i32().await else {
-                            return;
-                        };
-                        let mut frame = BytesMut::zeroed(size as usize);
-                        if socket.read_exact(&mut frame).await.is_err() {
-                            return;
-                        }
-                        let mut body = frame.freeze();
-                        let header = decode_request_header_from_buffer(&mut body).unwrap();
-                        let api = ApiKey::try_from(header.request_api_key).unwrap();
-                        let answer = if api == ApiKey::ApiVersions {
-                            Some(api_versions(&header))
-                        } else {
-                            log.lock().unwrap().push((
-                                api,
-                                header.request_api_version,
-                                body.clone(),
-                            ));
-                            script(&header, body)
-                        };
-                        if let Some(answer) = answer {
-                            let mut out = BytesMut::new();
-                            out.put_i32(answer.len() as i32);
-                            out.put_slice(&answer);
-                            if socket.write_all(&out).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                });
+                let script = scripted.read().unwrap().clone();
+                open.lock()
+                    .unwrap()
+                    .spawn(serve(socket, script, log.clone()));
             }
         });
-        FakeBroker { addr, seen, task }
+        FakeBroker {
+            addr,
+            seen,
+            script,
+            connections,
+            task,
+        }
+    }
+
+    /// Another broker behind the same address, as when another process
+    /// took the port: every open connection is cut, and new ones are
+    /// answered by `script`.
+    pub(crate) fn replace(&self, script: Script) {
+        *self.script.write().unwrap() = script;
+        self.connections.lock().unwrap().abort_all();
     }
 
     /// The requests of one API this broker received.
@@ -96,6 +89,49 @@ impl FakeBroker {
             .filter(|(a, _, _)| *a == api)
             .map(|(_, v, b)| (*v, b.clone()))
             .collect()
+    }
+}
+
+/// Answers one connection by `script` until it closes.
+async fn serve(
+    mut socket: tokio::net::TcpStream,
+    script: Script,
+    log: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>,
+) {
+    loop {
+        let Ok(size) = socket.read_i32().await else {
+            return;
+        };
+        let mut frame = BytesMut::zeroed(size as usize);
+        if socket.read_exact(&mut frame).await.is_err() {
+            return;
+        }
+        let mut body = frame.freeze();
+        let header = decode_request_header_from_buffer(&mut body).unwrap();
+        let api = ApiKey::try_from(header.request_api_key).unwrap();
+        let answer = if api == ApiKey::ApiVersions {
+            Some(api_versions(&header))
+        } else {
+            log.lock()
+                .unwrap()
+                .push((api, header.request_api_version, body.clone()));
+            if api == ApiKey::Fetch {
+                // Nothing new arrives at a scripted broker: a long poll
+                // waits out its wait.
+                let fetch: FetchRequest = request(header.request_api_version, body.clone());
+                let wait = u64::try_from(fetch.max_wait_ms).unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+            }
+            script(&header, body)
+        };
+        if let Some(answer) = answer {
+            let mut out = BytesMut::new();
+            out.put_i32(answer.len() as i32);
+            out.put_slice(&answer);
+            if socket.write_all(&out).await.is_err() {
+                return;
+            }
+        }
     }
 }
 

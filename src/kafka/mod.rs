@@ -49,6 +49,8 @@ mod fetch;
 mod metadata;
 mod observe;
 mod produce;
+#[cfg(test)]
+mod replaced;
 mod retry;
 mod security;
 mod settings;

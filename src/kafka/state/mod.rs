@@ -25,7 +25,7 @@
 //! | a broker answered | its failures are forgotten (logged at info if it had any); a broker that had backed off is trusted as a coordinator again |
 //! | a connection could not be opened | the reason is remembered until the broker answers, and logged: at warn for the first failure of a streak, then once a minute or when the reason changes, at debug otherwise; when retriable (refused, reset, timed out, DNS) the broker also *breaks*: it waits out a reconnect backoff (its attempts meanwhile fail with the remembered reason), metadata is refreshed before the next routed request, and its coordinators are suspect |
 //! | a request on a connection timed out, died or garbled | the broker breaks |
-//! | a broker's cluster id (in a Metadata answer) | checked before anything else: a new id clears everything learned of the old cluster |
+//! | a broker's cluster id (a new connection's first request, or any Metadata answer) | checked before anything else: a new id clears everything learned of the old cluster |
 //! | a Metadata answer behind another broker's (a lower leader epoch) | its broker is stale: not asked for metadata, lookups or confirmations, its coordinators suspect, until an answer of it is behind nowhere; the answer is not used |
 //! | a Metadata answer that is current | the view takes it (never an older leader epoch than known); its broker is current again; the old leader of a partition it moves is stale; it confirms the leaders it names other than its own broker |
 //! | a partition request failed with a leader error (or a disconnect) | the topic's metadata is fetched afresh |
@@ -78,6 +78,8 @@ pub(crate) enum Lesson<'a> {
         addr: &'a str,
         error: &'a KafkaError,
     },
+    /// The cluster id `addr` reported when a connection to it opened.
+    ClusterId { addr: &'a str, id: Option<Arc<str>> },
     /// A Metadata answer of the broker at `from`, asked at `sent`.
     Metadata {
         answer: MetadataAnswer,
@@ -189,6 +191,7 @@ impl ClusterState {
                     self.failed(addr, error, true);
                 }
             }
+            Lesson::ClusterId { addr, id } => self.adopt_cluster(addr, id.as_ref()),
             Lesson::Metadata {
                 mut answer,
                 from,
@@ -395,12 +398,18 @@ mod tests {
             broker: &b1,
         });
         learn_metadata(&state, "b:1", answer("a"));
+        state.learn(Lesson::ClusterId {
+            addr: "b:1",
+            id: Some("a".into()),
+        });
         assert_eq!(changes.0.load(Ordering::SeqCst), 0);
         assert!(state.coordinators.weighted_size() > 0);
 
-        let mut other = answer("b");
-        other.topics.clear();
-        learn_metadata(&state, "b:1", other);
+        // A new connection's first answer names another cluster.
+        state.learn(Lesson::ClusterId {
+            addr: "b:1",
+            id: Some("b".into()),
+        });
         assert_eq!(changes.0.load(Ordering::SeqCst), 1, "counted once");
         assert_eq!(state.coordinators.weighted_size(), 0, "its coordinators");
         assert!(state.metadata.topic("t").is_none(), "its topics");
@@ -433,6 +442,10 @@ mod tests {
         learn_metadata(&state, "b:1", led(&[(0, 3, 5)]));
         assert!(!state.epochs.is_stale("b:1"));
         // Another cluster forgets the epochs: its lower ones are current.
+        state.learn(Lesson::ClusterId {
+            addr: "b:2",
+            id: Some("z".into()),
+        });
         let mut fresh = led(&[(0, 1, 0)]);
         fresh.cluster_id = Some("z".into());
         learn_metadata(&state, "b:1", fresh);

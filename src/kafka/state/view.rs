@@ -219,6 +219,15 @@ impl Metadata {
         read(&self.view).cluster_id.clone()
     }
 
+    /// False when `id` is another cluster's than the known one (true when
+    /// either is unknown).
+    pub(crate) fn is_cluster(&self, id: Option<&str>) -> bool {
+        match (id, read(&self.view).cluster_id.as_deref()) {
+            (Some(id), Some(known)) => id == known,
+            _ => true,
+        }
+    }
+
     /// True once more than one broker was ever listed: a coordinator may
     /// then move to another broker.
     pub(crate) fn is_multi_broker(&self) -> bool {

@@ -136,9 +136,11 @@ impl Checker {
         let described: HashMap<String, Result<Described, ClusterError>> = if roles.is_empty() {
             HashMap::new()
         } else {
+            // The old cluster's marks say nothing of another one's pairs.
             let floor = |role: &str| {
                 cluster
                     .as_ref()
+                    .filter(|c| self.cluster.cluster_id().as_ref() == Some(*c))
                     .and_then(|c| self.caches.high_water(c, role))
             };
             self.cluster.describe(&roles, &floor, deadline).await

@@ -1,0 +1,281 @@
+//! The cluster behind the bootstrap address replaced by another, many times
+//! in a row, under the service (fast tier, scripted brokers): every change
+//! is noticed before any verdict from the new cluster is given, and the old
+//! cluster's caches never answer once it has.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, DescribeConfigsResponse, DescribeTransactionsRequest,
+    DescribeTransactionsResponse, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse,
+    ProducerId, RequestHeader,
+    describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult},
+    describe_transactions_response::TransactionState,
+    fetch_response::{FetchableTopicResponse, PartitionData},
+    find_coordinator_response::Coordinator,
+    metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic},
+};
+use kafka_protocol::protocol::StrBytes;
+use tokio::time::Instant;
+
+use super::config::ClientConfig;
+use super::fake::{FakeBroker, Script, answer, request};
+use crate::coordination::{FencingToken, Verdict};
+use crate::service::{AppState, ServiceConfig};
+
+const TOPIC: &str = "__coordination_state";
+const ROLE: &str = "r";
+
+/// Cluster number `generation`: its id, its partitions' leader epoch (each
+/// cluster's lower than the one before: a freshly formatted cluster starts
+/// low) and the current pair of `ROLE`, alternately 7:5 and 7:2.
+struct Generation {
+    id: String,
+    epoch: i32,
+    current: FencingToken,
+}
+
+impl Generation {
+    fn new(generation: usize) -> Generation {
+        Generation {
+            id: format!("cluster-{generation}"),
+            epoch: 1000 - generation as i32,
+            current: FencingToken::new(7, if generation.is_multiple_of(2) { 5 } else { 2 })
+                .unwrap(),
+        }
+    }
+}
+
+/// Broker `me` (1 or 2; broker 1 leads every partition and coordinates
+/// every id) of `generation`, whose brokers listen at `addrs`.
+fn broker(generation: usize, me: i32, addrs: Arc<std::sync::Mutex<Vec<String>>>) -> Script {
+    let cluster = Generation::new(generation);
+    Arc::new(move |header: &RequestHeader, body: Bytes| {
+        let addrs = addrs.lock().unwrap().clone();
+        let version = header.request_api_version;
+        let (host, port) = addrs[0].rsplit_once(':').unwrap();
+        match ApiKey::try_from(header.request_api_key).unwrap() {
+            ApiKey::Metadata => {
+                let asked: MetadataRequest = request(version, body);
+                let topics = asked
+                    .topics
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|t| t.name)
+                    .map(|name| {
+                        MetadataResponseTopic::default()
+                            .with_name(Some(name))
+                            .with_partitions(vec![
+                                MetadataResponsePartition::default()
+                                    .with_partition_index(0)
+                                    .with_leader_id(BrokerId(1))
+                                    .with_leader_epoch(cluster.epoch),
+                            ])
+                    })
+                    .collect();
+                let brokers = addrs
+                    .iter()
+                    .zip(1..)
+                    .map(|(addr, id)| {
+                        let (host, port) = addr.rsplit_once(':').unwrap();
+                        MetadataResponseBroker::default()
+                            .with_node_id(BrokerId(id))
+                            .with_host(StrBytes::from_string(host.to_owned()))
+                            .with_port(port.parse().unwrap())
+                    })
+                    .collect();
+                let response = MetadataResponse::default()
+                    .with_cluster_id(Some(StrBytes::from_string(cluster.id.clone())))
+                    .with_brokers(brokers)
+                    .with_topics(topics);
+                Some(answer(header, &response))
+            }
+            ApiKey::DescribeConfigs => {
+                let response = DescribeConfigsResponse::default().with_results(vec![
+                    DescribeConfigsResult::default()
+                        .with_resource_type(2)
+                        .with_resource_name(StrBytes::from_static_str(TOPIC))
+                        .with_configs(vec![
+                            DescribeConfigsResourceResult::default()
+                                .with_name(StrBytes::from_static_str("cleanup.policy"))
+                                .with_value(Some(StrBytes::from_static_str("compact"))),
+                        ]),
+                ]);
+                Some(answer(header, &response))
+            }
+            ApiKey::FindCoordinator => {
+                let asked: kafka_protocol::messages::FindCoordinatorRequest =
+                    request(version, body);
+                let coordinators = asked
+                    .coordinator_keys
+                    .into_iter()
+                    .map(|key| {
+                        Coordinator::default()
+                            .with_key(key)
+                            .with_node_id(BrokerId(1))
+                            .with_host(StrBytes::from_string(host.to_owned()))
+                            .with_port(port.parse().unwrap())
+                    })
+                    .collect();
+                let response = kafka_protocol::messages::FindCoordinatorResponse::default()
+                    .with_coordinators(coordinators);
+                Some(answer(header, &response))
+            }
+            ApiKey::DescribeTransactions if me == 1 => {
+                let asked: DescribeTransactionsRequest = request(version, body);
+                let states = asked
+                    .transactional_ids
+                    .into_iter()
+                    .map(|id| {
+                        TransactionState::default()
+                            .with_transactional_id(id)
+                            .with_transaction_state(StrBytes::from_static_str("Ongoing"))
+                            .with_producer_id(ProducerId(cluster.current.producer_id()))
+                            .with_producer_epoch(cluster.current.producer_epoch())
+                    })
+                    .collect();
+                let response =
+                    DescribeTransactionsResponse::default().with_transaction_states(states);
+                Some(answer(header, &response))
+            }
+            ApiKey::Fetch if me == 1 => {
+                let asked: FetchRequest = request(version, body);
+                let partitions = asked.topics[0]
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        // Kafka's check of the fetch's leader epoch.
+                        let code = match p.current_leader_epoch {
+                            e if e < cluster.epoch => 74,
+                            e if e > cluster.epoch => 75,
+                            _ => 0,
+                        };
+                        PartitionData::default()
+                            .with_partition_index(p.partition)
+                            .with_error_code(code)
+                    })
+                    .collect();
+                let response = FetchResponse::default().with_responses(vec![
+                    FetchableTopicResponse::default()
+                        .with_topic(asked.topics[0].topic.clone())
+                        .with_partitions(partitions),
+                ]);
+                Some(answer(header, &response))
+            }
+            _ => None,
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_replaced_behind_the_address_is_noticed_before_any_verdict_of_it() {
+    const REPLACEMENTS: usize = 30;
+    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let brokers = [
+        FakeBroker::start(broker(0, 1, addrs.clone())).await,
+        FakeBroker::start(broker(0, 2, addrs.clone())).await,
+    ];
+    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+    let bootstrap = addrs.lock().unwrap().join(",");
+    let mut config = ServiceConfig::new(&bootstrap);
+    config.kafka.topic = TOPIC.into();
+    config.watch.roster_ttl = Duration::from_millis(200);
+    config.watch.poll_interval = Duration::from_millis(200);
+    let mut client = ClientConfig::new(bootstrap.split(','));
+    client.request_timeout = Duration::from_secs(2);
+    client.operation_timeout = Duration::from_secs(2);
+    let state = AppState::with_client_config(config, client).unwrap();
+    let watcher = tokio::spawn(state.watcher.clone().run());
+    let check = |token: FencingToken| {
+        let state = state.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_millis(500);
+            state.checker.check(ROLE, token, deadline).await
+        }
+    };
+    let first = Generation::new(0);
+    let started = Instant::now();
+    while !check(first.current)
+        .await
+        .is_ok_and(|a| a.verdict == Verdict::Authoritative)
+    {
+        assert!(started.elapsed() < Duration::from_secs(10), "never served");
+    }
+
+    let old_answers = AtomicUsize::new(0);
+    let unavailable = AtomicUsize::new(0);
+    let mut slowest = Duration::ZERO;
+    for generation in 1..=REPLACEMENTS {
+        // The old cluster's caches: the next cluster's current pair is
+        // superseded here (answered from the cache from now on), and the
+        // high-water mark is this cluster's pair.
+        let old = Generation::new(generation - 1);
+        let new = Generation::new(generation);
+        let below = FencingToken::new(7, 1).unwrap();
+        for token in [new.current, below] {
+            if token < old.current {
+                let answer = check(token).await.unwrap();
+                assert_eq!(
+                    answer.verdict,
+                    Verdict::Superseded,
+                    "{generation}: {answer:?}"
+                );
+            }
+        }
+        for (b, me) in brokers.iter().zip(1..) {
+            b.replace(broker(generation, me, addrs.clone()));
+        }
+        let replaced = Instant::now();
+        loop {
+            match check(new.current).await {
+                Ok(answer) if answer.current == Some(new.current) => {
+                    // A verdict from the new cluster: the change was
+                    // noticed before it.
+                    assert_eq!(
+                        state.metrics.cluster_changes.get(),
+                        generation as u64,
+                        "{generation}: a verdict of {} before its cluster id was noticed: {answer:?}",
+                        new.id
+                    );
+                    assert_eq!(
+                        (answer.verdict, answer.cached),
+                        (Verdict::Authoritative, false),
+                        "{generation}"
+                    );
+                    break;
+                }
+                Ok(answer) => {
+                    // Before the change is noticed, the old cluster's
+                    // cache may still answer; nothing else of it may.
+                    assert!(answer.cached, "{generation}: {answer:?}");
+                    old_answers.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(_) => {
+                    unavailable.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            assert!(
+                replaced.elapsed() < Duration::from_secs(5),
+                "{generation}: {} never answered within 5 s",
+                new.id
+            );
+        }
+        slowest = slowest.max(replaced.elapsed());
+        // Once the new cluster answered, nothing of the old one does.
+        for _ in 0..3 {
+            let answer = check(new.current).await.unwrap();
+            assert_eq!(answer.current, Some(new.current), "{generation}");
+        }
+    }
+    watcher.abort();
+    assert_eq!(state.metrics.cluster_changes.get(), REPLACEMENTS as u64);
+    eprintln!(
+        "{REPLACEMENTS} replacements: each noticed before a verdict of it; {} answers from the old cluster's cache before the change was noticed, {} unavailable, the new cluster's first verdict at most {slowest:?} after a replacement",
+        old_answers.load(Ordering::Relaxed),
+        unavailable.load(Ordering::Relaxed)
+    );
+}
