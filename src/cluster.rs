@@ -55,6 +55,12 @@ pub enum Tailed {
         next_offset: i64,
         /// The partition's last stable offset at the read.
         last_stable_offset: i64,
+        /// The instant as of which the log held nothing more than what was
+        /// read, as far as anyone can know: the earlier of the read's send
+        /// instant and the last time another broker confirmed its leader.
+        /// `None` when its leader is not confirmed (then the reader's
+        /// freshness stays where it was).
+        complete_as_of: Option<Instant>,
     },
     /// A read of the partition failed; it is tried again.
     Failed {

@@ -636,3 +636,176 @@ async fn a_connection_asks_the_cluster_id_first_and_answers_of_an_old_cluster_ar
         "which asked again"
     );
 }
+
+/// Every asked topic with one partition led by `leader` at `epoch`.
+fn leading(
+    header: &kafka_protocol::messages::RequestHeader,
+    body: Bytes,
+    brokers: &[(i32, &str)],
+    (leader, epoch): (i32, i32),
+) -> Bytes {
+    let asked: kafka_protocol::messages::MetadataRequest =
+        request(header.request_api_version, body);
+    let names: Vec<String> = asked
+        .topics
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|t| t.name.map(|n| n.0.to_string()))
+        .collect();
+    let mut response = metadata(brokers, None);
+    for name in names {
+        let mut one = metadata(brokers, Some((name.as_str(), &[(0, leader, epoch)])));
+        response.topics.append(&mut one.topics);
+    }
+    answer(header, &response)
+}
+
+/// A Fetch answer for partition 0: `code`, no records.
+fn fetched(header: &kafka_protocol::messages::RequestHeader, body: Bytes, code: i16) -> Bytes {
+    let asked: FetchRequest = request(header.request_api_version, body);
+    let response = FetchResponse::default().with_responses(vec![
+        FetchableTopicResponse::default()
+            .with_topic(asked.topics[0].topic.clone())
+            .with_partitions(vec![
+                PartitionData::default()
+                    .with_partition_index(0)
+                    .with_error_code(code),
+            ]),
+    ]);
+    answer(header, &response)
+}
+
+#[tokio::test]
+async fn reads_of_a_deposed_leader_are_never_fresher_than_its_last_confirmation() {
+    // Broker 1 leads t-0 at epoch 4 and, cut off from the controller, keeps
+    // believing it (and serving reads at epoch 4). Brokers 2 and 3 confirm
+    // it until they learn that broker 2 leads at epoch 5 (`moved`); they do
+    // not answer metadata while `silent`; broker 2 serves reads at epoch 5
+    // once `serving`.
+    let moved = Arc::new(AtomicBool::new(false));
+    let silent = Arc::new(AtomicBool::new(false));
+    let serving = Arc::new(AtomicBool::new(false));
+    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let script = |me: i32| {
+        let (moved, silent, serving, addrs) = (
+            moved.clone(),
+            silent.clone(),
+            serving.clone(),
+            addrs.clone(),
+        );
+        Arc::new(
+            move |header: &kafka_protocol::messages::RequestHeader, body: Bytes| {
+                let addrs = addrs.lock().unwrap().clone();
+                let brokers = [
+                    (1, addrs[0].as_str()),
+                    (2, addrs[1].as_str()),
+                    (3, addrs[2].as_str()),
+                ];
+                let believed = if me != 1 && moved.load(Ordering::SeqCst) {
+                    (2, 5)
+                } else {
+                    (1, 4)
+                };
+                match ApiKey::try_from(header.request_api_key).unwrap() {
+                    ApiKey::Metadata if me != 1 && silent.load(Ordering::SeqCst) => None,
+                    ApiKey::Metadata => Some(leading(header, body, &brokers, believed)),
+                    ApiKey::Fetch if believed.0 == me => {
+                        let asked: FetchRequest = request(header.request_api_version, body.clone());
+                        let epoch = asked.topics[0].partitions[0].current_leader_epoch;
+                        match epoch.cmp(&believed.1) {
+                            std::cmp::Ordering::Less => Some(fetched(header, body, 74)),
+                            std::cmp::Ordering::Greater => Some(fetched(header, body, 75)),
+                            _ if me == 2 && !serving.load(Ordering::SeqCst) => None,
+                            _ => Some(fetched(header, body, 0)),
+                        }
+                    }
+                    ApiKey::Fetch => Some(fetched(header, body, 6)),
+                    _ => None,
+                }
+            },
+        ) as super::fake::Script
+    };
+    let one = FakeBroker::start(script(1)).await;
+    let two = FakeBroker::start(script(2)).await;
+    let three = FakeBroker::start(script(3)).await;
+    *addrs.lock().unwrap() = vec![one.addr.clone(), two.addr.clone(), three.addr.clone()];
+    let mut config = ClientConfig::new([one.addr.as_str(), two.addr.as_str()]);
+    config.request_timeout = Duration::from_secs(1);
+    let client = KafkaClient::new(config).unwrap();
+    let mut reads = client.tail("t", vec![0], Duration::from_millis(200));
+    let as_of = |update: crate::cluster::Tailed| match update {
+        crate::cluster::Tailed::Read { complete_as_of, .. } => complete_as_of,
+        crate::cluster::Tailed::Failed { .. } => None,
+    };
+    let five = Duration::from_secs(5);
+    // Confirmed by broker 2: fresh.
+    let started = Instant::now();
+    loop {
+        let update = tokio::time::timeout(five, reads.recv()).await.unwrap();
+        if as_of(update.unwrap()).is_some() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "never confirmed"
+        );
+    }
+    // The leader is deposed, and for a while no other broker can say so:
+    // broker 1's reads go on, none claiming a later instant.
+    let deposed = Instant::now();
+    silent.store(true, Ordering::SeqCst);
+    moved.store(true, Ordering::SeqCst);
+    let mut unconfirmed = 0;
+    while deposed.elapsed() < Duration::from_millis(1500) {
+        let Ok(Some(update)) = tokio::time::timeout(Duration::from_millis(200), reads.recv()).await
+        else {
+            continue;
+        };
+        unconfirmed += 1;
+        if let Some(at) = as_of(update) {
+            assert!(
+                at <= deposed,
+                "a read complete {:?} after the move",
+                at - deposed
+            );
+        }
+    }
+    assert!(
+        unconfirmed >= 3,
+        "{unconfirmed} reads of the deposed leader"
+    );
+    // Once another broker answers, the deposed leader is stale and no
+    // longer read.
+    silent.store(false, Ordering::SeqCst);
+    let told = Instant::now();
+    while !client.state().epochs().is_stale(&one.addr) {
+        assert!(
+            told.elapsed() < Duration::from_secs(5),
+            "never seen deposed"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(100), reads.recv()).await;
+    }
+    // A poll sent before may still come back.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let polls = one.requests(ApiKey::Fetch).len();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(one.requests(ApiKey::Fetch).len(), polls, "no longer read");
+    // The new leader serves: fresh again.
+    serving.store(true, Ordering::SeqCst);
+    let resumed = Instant::now();
+    loop {
+        let update = tokio::time::timeout(five, reads.recv()).await.unwrap();
+        if as_of(update.unwrap()).is_some_and(|at| at > deposed) {
+            break;
+        }
+        assert!(
+            resumed.elapsed() < Duration::from_secs(5),
+            "never fresh again"
+        );
+    }
+    eprintln!(
+        "{unconfirmed} reads of the deposed leader, none fresher than the move; seen deposed {:?} after another broker could tell; fresh again {:?} after the new leader served",
+        told.elapsed(),
+        resumed.elapsed()
+    );
+}

@@ -11,6 +11,13 @@
 //! knowing is then seen behind (`state::epochs`), and is asked nothing but
 //! the probes that find out whether it caught up. An answer of a broker
 //! found behind is not used: the refresh asks another broker.
+//!
+//! **Leader confirmations.** [`KafkaClient::confirm_leaders`] asks a broker
+//! other than a topic's partition leaders for the topic's metadata: its
+//! answer confirms the leaders it names as current when it was asked (or
+//! names newer ones, which routing then uses at once). A tailer sends one
+//! per long-poll interval, so a read's freshness never rests on its own
+//! leader's word alone.
 
 use std::collections::HashMap;
 
@@ -214,6 +221,57 @@ impl KafkaClient {
                 }
             });
         }
+    }
+
+    /// Asks for `topic`'s metadata a broker that leads none of its
+    /// partitions, or a second one when the first leads some: their
+    /// answers confirm every leader they name but their own (see the module
+    /// docs). Hedged as every request any broker can answer, so a hung
+    /// broker delays a round by a fraction of a second. Stale brokers are
+    /// probed meanwhile.
+    pub(crate) async fn confirm_leaders(&self, topic: &str) {
+        self.probe_stale();
+        if !self.state().metadata().is_multi_broker() {
+            return;
+        }
+        let request = build_metadata(self.refresh_topics(Some(topic)));
+        let mut asked: Vec<String> = Vec::new();
+        while asked.len() < 2 {
+            let exclude: Vec<&str> = asked.iter().map(String::as_str).collect();
+            let sent = Instant::now();
+            let (response, from) = match self.send_any(&request, &exclude).await {
+                Ok(answered) => answered,
+                Err(error) => {
+                    tracing::debug!(topic, %error, "a leader confirmation failed");
+                    return;
+                }
+            };
+            self.state().learn(Lesson::Metadata {
+                answer: parse_metadata(response),
+                from: &from,
+                sent,
+            });
+            if !self.leads_some(topic, &from) {
+                return;
+            }
+            asked.push(from);
+        }
+    }
+
+    /// True when the broker at `addr` leads a partition of `topic` (or is
+    /// not known by id).
+    fn leads_some(&self, topic: &str, addr: &str) -> bool {
+        let metadata = self.state().metadata();
+        let Some(id) = metadata
+            .brokers()
+            .into_iter()
+            .find_map(|(id, a)| (a == addr).then_some(id))
+        else {
+            return true;
+        };
+        metadata
+            .topic(topic)
+            .is_some_and(|m| m.partitions.iter().any(|p| p.leader == id))
     }
 
     /// The id of the cluster, once metadata was fetched.

@@ -10,6 +10,17 @@
 //! metadata, and when those partitions have a new leader the poll is
 //! abandoned and they are read from the new leader at once, instead of
 //! waiting out the request timeout.
+//!
+//! **Freshness.** Every read says as of which instant it is complete: the
+//! earlier of its fetch's send instant and the last confirmation of its
+//! leader at the read's leader epoch by another broker
+//! (`state::epochs`). A leader that keeps answering after it was deposed
+//! (cut off from the controller, it does not know) is never confirmed
+//! again, so its reads stop moving that instant. The tailer sends the
+//! confirmations, one round per long-poll interval
+//! ([`KafkaClient::confirm_leaders`], on the client's shared connections so
+//! no poll delays them); a confirmation naming a newer leader moves the
+//! next poll there.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -32,7 +43,8 @@ const OVERDUE_MARGIN: Duration = Duration::from_millis(500);
 /// What one poll of one leader brought: per partition, a chunk or an error.
 type Answers = Result<Chunks, KafkaError>;
 
-type Polled = (Broker, Vec<FetchPosition>, Answers);
+/// A finished poll: its leader, positions, send instant and answers.
+type Polled = (Broker, Vec<FetchPosition>, Instant, Answers);
 
 struct Poll {
     abort: AbortHandle,
@@ -42,6 +54,8 @@ struct Poll {
 
 struct Tailer {
     client: KafkaClient,
+    /// The client on its shared connections: confirmations.
+    shared: KafkaClient,
     topic: String,
     long_poll: Duration,
     cursors: Vec<Cursor>,
@@ -58,6 +72,7 @@ impl KafkaClient {
         let (tx, rx) = mpsc::channel(64);
         let tailer = Tailer {
             client: self.with_own_connections(),
+            shared: self.clone(),
             topic: topic.to_owned(),
             long_poll,
             backoff: vec![None; from.len()],
@@ -78,6 +93,7 @@ impl Tailer {
             .clamp(Duration::from_millis(100), Duration::from_secs(1));
         let mut ticker = tokio::time::interval(tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut confirming = Confirming::default();
         loop {
             if !self.schedule(&mut polls, &mut busy).await {
                 return;
@@ -85,13 +101,16 @@ impl Tailer {
             let wake = self.next_retry();
             tokio::select! {
                 Some(done) = polls.join_next() => {
-                    let Ok((leader, positions, result)) = done else { continue };
+                    let Ok((leader, positions, sent, result)) = done else { continue };
                     busy.remove(&leader);
-                    if !self.absorb(positions, result).await {
+                    if !self.absorb(positions, sent, result).await {
                         return;
                     }
                 }
-                _ = ticker.tick() => self.abandon_moved(&mut busy).await,
+                _ = ticker.tick() => {
+                    confirming.start(&self.shared, &self.topic);
+                    self.abandon_moved(&mut busy).await;
+                }
                 () = sleep_until(wake) => {}
                 () = self.tx.closed() => return,
             }
@@ -136,8 +155,9 @@ impl Tailer {
             let target = leader.clone();
             let partitions = positions.iter().map(|p| p.partition).collect();
             let abort = polls.spawn(async move {
+                let sent = Instant::now();
                 let result = client.fetch_from(&target, &topic, &positions, wait).await;
-                (target, positions, result)
+                (target, positions, sent, result)
             });
             busy.insert(
                 leader,
@@ -151,8 +171,14 @@ impl Tailer {
         true
     }
 
-    /// Delivers what one poll brought. False when nobody listens any more.
-    async fn absorb(&mut self, positions: Vec<FetchPosition>, result: Answers) -> bool {
+    /// Delivers what one poll (sent at `sent`) brought. False when nobody
+    /// listens any more.
+    async fn absorb(
+        &mut self,
+        positions: Vec<FetchPosition>,
+        sent: Instant,
+        result: Answers,
+    ) -> bool {
         let answers = match result {
             Ok(answers) => answers,
             Err(error) => {
@@ -172,11 +198,20 @@ impl Tailer {
                 Ok(chunk) => {
                     cursor.advance(&chunk);
                     self.backoff[partition as usize] = None;
+                    let epoch = positions
+                        .iter()
+                        .find(|p| p.partition == partition)
+                        .map_or(-1, |p| p.leader_epoch);
+                    let complete_as_of =
+                        self.client
+                            .state()
+                            .complete_as_of(&self.topic, partition, epoch, sent);
                     Ok(Tailed::Read {
                         partition,
                         records: chunk.records,
                         next_offset: cursor.next_offset(),
                         last_stable_offset: chunk.last_stable_offset,
+                        complete_as_of,
                     })
                 }
                 Err(e) if e.code() == Some(OFFSET_OUT_OF_RANGE) => {
@@ -194,6 +229,7 @@ impl Tailer {
                                 records: Vec::new(),
                                 next_offset: cursor.next_offset(),
                                 last_stable_offset: start,
+                                complete_as_of: None,
                             })
                         }
                         Ok(_) => Err(e),
@@ -274,6 +310,35 @@ impl Tailer {
                     poll.abort.abort();
                 }
             }
+        }
+    }
+}
+
+/// The round of leader confirmations in flight (one at a time), aborted
+/// when the tailer stops.
+#[derive(Default)]
+struct Confirming(Option<tokio::task::JoinHandle<()>>);
+
+impl Confirming {
+    /// Starts a round unless one is still in flight.
+    fn start(&mut self, client: &KafkaClient, topic: &str) {
+        if self
+            .0
+            .as_ref()
+            .is_none_or(tokio::task::JoinHandle::is_finished)
+        {
+            let (client, topic) = (client.clone(), topic.to_owned());
+            self.0 = Some(tokio::spawn(async move {
+                client.confirm_leaders(&topic).await;
+            }));
+        }
+    }
+}
+
+impl Drop for Confirming {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
         }
     }
 }

@@ -129,6 +129,7 @@ impl AppState {
             WatchConfig {
                 topic: config.kafka.topic.clone(),
                 long_poll: watch.roster_ttl,
+                stale_after: stale_after(watch.roster_ttl),
                 poll_interval: watch.poll_interval,
                 max_describe_batch: config.check.max_describe_batch,
                 tracker: TrackerConfig {
@@ -175,6 +176,7 @@ impl AppState {
         self.metrics
             .coordinator_cache_bytes
             .set(i64::try_from(self.cluster.remembered_bytes()).unwrap_or(i64::MAX));
+        self.watcher.view_ages();
     }
 
     /// One readiness probe: the cluster answers metadata for the topic, the
@@ -200,6 +202,13 @@ impl AppState {
             tokio::time::sleep(every).await;
         }
     }
+}
+
+/// When a partition's views are too old to call the service ready: five
+/// roster TTLs, at least 2 s. A healthy partition's views are at most about
+/// two TTLs old (a long poll's wait, then a confirmation's).
+pub fn stale_after(roster_ttl: Duration) -> Duration {
+    (roster_ttl * 5).max(Duration::from_secs(2))
 }
 
 fn millis(d: Duration) -> i64 {

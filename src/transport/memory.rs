@@ -40,6 +40,9 @@ struct ClusterState {
     txn_states: HashMap<String, &'static str>,
     /// Roles whose coordinator answers an old pair (a paused broker).
     stale: HashMap<String, Option<FencingToken>>,
+    /// Partitions whose leader no other broker confirms (a deposed leader
+    /// that does not know): their reads say nothing of freshness.
+    unconfirmed: std::collections::HashSet<i32>,
     next_producer_id: i64,
     unavailable: Option<String>,
     max_transaction_timeout: Duration,
@@ -127,6 +130,18 @@ impl MemoryCluster {
     /// The coordinator of `role` answers the truth again.
     pub fn clear_stale(&self, role: &str) {
         self.lock().stale.remove(role);
+    }
+
+    /// Makes reads of `partition` come from a leader no other broker
+    /// confirms (`true`), as a deposed leader cut off from the controller
+    /// answers, or confirmed again (`false`).
+    pub fn set_leader_unconfirmed(&self, partition: i32, unconfirmed: bool) {
+        let mut state = self.lock();
+        if unconfirmed {
+            state.unconfirmed.insert(partition);
+        } else {
+            state.unconfirmed.remove(&partition);
+        }
     }
 
     /// Replaces the cluster's id (a rebuilt cluster behind the same address).
@@ -250,6 +265,8 @@ impl Cluster for MemoryCluster {
                                     records,
                                     next_offset: *offset,
                                     last_stable_offset: log.len() as i64,
+                                    complete_as_of: (!state.unconfirmed.contains(&partition))
+                                        .then(Instant::now),
                                 }
                             }
                         }

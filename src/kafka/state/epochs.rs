@@ -1,5 +1,6 @@
-//! Which brokers' metadata is current: leader epochs compared across the
-//! brokers that answer Metadata.
+//! Which brokers' metadata is current, and which partition leaders another
+//! broker confirmed: leader epochs compared across the brokers that answer
+//! Metadata.
 //!
 //! Kafka's Java `Metadata` keeps the newer leader epoch of a partition when
 //! a broker answers an older one, and goes on asking that broker. Here a
@@ -28,6 +29,11 @@
 //!   lookups or confirmations; it is probed instead, with a Metadata request
 //!   once per backoff step (`retry.backoff.ms` doubling to its max), and an
 //!   answer that is behind nowhere makes it current again.
+//! - **Confirmed.** An answer of a current broker Y naming broker L leader
+//!   of a partition at the newest epoch, Y ≠ L, confirms that L led the
+//!   partition when the request was sent. A read from L under that epoch is
+//!   complete as of the earlier of its own send instant and the
+//!   confirmation's ([`Epochs::complete_as_of`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -55,6 +61,9 @@ struct Newest {
     epoch: i32,
     /// When it was first reported.
     since: Instant,
+    /// The send instant of the latest answer of another broker naming the
+    /// same leader at the same epoch.
+    confirmed: Option<Instant>,
 }
 
 /// A broker whose metadata is behind.
@@ -91,7 +100,7 @@ struct Inner {
     stale: HashMap<String, Behind>,
 }
 
-/// Leader epochs across brokers: the stale brokers.
+/// Leader epochs across brokers: the stale brokers and the confirmations.
 #[derive(Debug)]
 pub(crate) struct Epochs {
     inner: Mutex<Inner>,
@@ -157,6 +166,7 @@ impl Epochs {
                 if p.leader_epoch < 0 {
                     continue;
                 }
+                let names_another = from_id.is_some_and(|id| id != p.leader) && p.leader >= 0;
                 let key = (topic.clone(), p.index);
                 match inner.newest.get(&key).map(|n| (n.leader, n.epoch)) {
                     // Lagging by a moment: keep the newer leader.
@@ -164,7 +174,14 @@ impl Epochs {
                         p.leader = leader;
                         p.leader_epoch = epoch;
                     }
-                    Some((_, epoch)) if epoch == p.leader_epoch => {}
+                    Some((leader, epoch)) if epoch == p.leader_epoch => {
+                        if names_another
+                            && leader == p.leader
+                            && let Some(newest) = inner.newest.get_mut(&key)
+                        {
+                            newest.confirmed = newest.confirmed.max(Some(sent));
+                        }
+                    }
                     previous => {
                         if let Some((old_leader, old_epoch)) = previous
                             && old_leader >= 0
@@ -187,6 +204,7 @@ impl Epochs {
                                 leader: p.leader,
                                 epoch: p.leader_epoch,
                                 since: now,
+                                confirmed: names_another.then_some(sent),
                             },
                         );
                     }
@@ -251,6 +269,25 @@ impl Epochs {
                 addr.clone()
             })
             .collect()
+    }
+
+    /// The instant a read of `topic`-`partition` under leader epoch `epoch`
+    /// sent at `fetched` is complete as of: the earlier of `fetched` and the
+    /// latest confirmation of that leader at that epoch. `None` when that
+    /// epoch is not the newest or was never confirmed.
+    pub(crate) fn complete_as_of(
+        &self,
+        topic: &str,
+        partition: i32,
+        epoch: i32,
+        fetched: Instant,
+    ) -> Option<Instant> {
+        let inner = lock(&self.inner);
+        let newest = inner.newest.get(&(topic.to_owned(), partition))?;
+        if newest.epoch != epoch {
+            return None;
+        }
+        newest.confirmed.map(|confirmed| confirmed.min(fetched))
     }
 
     /// Forgets everything (another cluster).
@@ -384,5 +421,44 @@ mod tests {
         }
         // Steps of 100, 200, 400, 800, 1000 ms (each 50-100 %) within 2 s.
         assert!((3..=6).contains(&probes), "{probes} probes in 2 s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_broker_confirms_a_leader_as_of_its_request() {
+        let epochs = epochs();
+        let t0 = Instant::now();
+        // The leader's own answer confirms nothing.
+        judge(&epochs, 1, &[(0, 1, 4)]);
+        assert_eq!(epochs.complete_as_of("t", 0, 4, t0), None);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let confirmed = Instant::now();
+        judge(&epochs, 2, &[(0, 1, 4)]);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let read = Instant::now();
+        assert_eq!(
+            epochs.complete_as_of("t", 0, 4, read),
+            Some(confirmed),
+            "a later read: as of the confirmation"
+        );
+        assert_eq!(
+            epochs.complete_as_of("t", 0, 4, t0),
+            Some(t0),
+            "an earlier one"
+        );
+        assert_eq!(
+            epochs.complete_as_of("t", 0, 3, read),
+            None,
+            "another epoch"
+        );
+        // The leader moves: reads under the old epoch are not confirmed.
+        judge(&epochs, 2, &[(0, 3, 5)]);
+        assert_eq!(epochs.complete_as_of("t", 0, 4, read), None);
+        assert_eq!(
+            epochs.complete_as_of("t", 0, 5, read),
+            Some(read),
+            "the answer that moved it confirms the new leader"
+        );
+        epochs.clear();
+        assert_eq!(epochs.complete_as_of("t", 0, 5, read), None);
     }
 }

@@ -154,6 +154,22 @@ impl ClusterState {
         &self.epochs
     }
 
+    /// The instant a read of `topic`-`partition` under leader epoch `epoch`
+    /// sent at `fetched` is complete as of (see `epochs`); on a cluster that
+    /// never listed a second broker nothing can move, so `fetched`.
+    pub(crate) fn complete_as_of(
+        &self,
+        topic: &str,
+        partition: i32,
+        epoch: i32,
+        fetched: Instant,
+    ) -> Option<Instant> {
+        if !self.metadata.is_multi_broker() {
+            return Some(fetched);
+        }
+        self.epochs.complete_as_of(topic, partition, epoch, fetched)
+    }
+
     /// The coordinator table and its lookups.
     pub(crate) fn coordinators(&self) -> &Coordinators {
         &self.coordinators

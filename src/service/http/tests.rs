@@ -32,6 +32,7 @@ fn config() -> ServiceConfig {
 
 struct Rig {
     cluster: MemoryCluster,
+    clock: Arc<ManualClock>,
     state: Arc<AppState>,
     app: Router,
 }
@@ -46,17 +47,19 @@ impl Drop for Rig {
 
 fn rig_with(config: ServiceConfig) -> Rig {
     let cluster = MemoryCluster::new(4);
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
     let state = AppState::with_cluster(
         config,
         Arc::new(cluster.clone()),
         Arc::new(Metrics::new().unwrap()),
-        Arc::new(ManualClock::new(1_700_000_000_000)),
+        clock.clone(),
     )
     .unwrap();
     tokio::spawn(state.watcher.clone().run());
     let app = router(state.clone());
     Rig {
         cluster,
+        clock,
         state,
         app,
     }
@@ -463,6 +466,72 @@ async fn roster_views_follow_the_topic() {
     assert_eq!(body["roles"][0]["holder"], "node-1");
     // The watcher's lease record raised the check path's high-water mark.
     assert_eq!(rig.state.checker.high_water("orders"), Some(token));
+}
+
+/// The value of one sample of `metric` in the exposition.
+async fn sample(app: &Router, metric: &str) -> Option<f64> {
+    let (_, _, body) = call(app, get("/metrics")).await;
+    let text = body.as_str().unwrap_or_default().to_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(metric)?.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn a_view_whose_leader_no_other_broker_confirms_grows_old_and_readyz_names_it() {
+    let rig = rig();
+    let member = rig.cluster.transport();
+    member.register("orders", "node-1", 1).await.unwrap();
+    let partition = crate::coordination::role_partition("orders", 4).unwrap();
+    let view = || async {
+        loop {
+            let (status, headers, body) = call(&rig.app, get("/roles/orders")).await;
+            if status == StatusCode::OK {
+                let header: u64 = headers["x-krabka-view-age-ms"]
+                    .to_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                return (body["view"]["ageMs"].as_u64().unwrap(), header);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let (age, _) = view().await;
+    rig.state.probe().await;
+    assert_eq!(call(&rig.app, get("/readyz")).await.0, StatusCode::OK);
+    assert!(age < 1_000, "fresh: {age} ms");
+
+    // Its leader answers, and no other broker confirms it any more.
+    rig.cluster.set_leader_unconfirmed(partition, true);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    rig.clock.advance(Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (age, header) = view().await;
+    assert!(age >= 10_000, "the age grows: {age} ms");
+    assert_eq!(header, age, "the header says the same");
+    let metric = format!("krabka_state_view_age_seconds{{partition=\"{partition}\"}}");
+    let seconds = sample(&rig.app, &metric).await.unwrap();
+    assert_eq!((seconds * 1000.0).round() as u64, age, "and the metric");
+    let (status, _, body) = call(&rig.app, get("/readyz")).await;
+    let reason = body["reason"].as_str().unwrap_or_default();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(
+        reason.contains(&format!("partition {partition}:")) && reason.contains("no other broker"),
+        "{reason}"
+    );
+    // The other partitions' views stay fresh.
+    let other = format!(
+        "krabka_state_view_age_seconds{{partition=\"{}\"}}",
+        (partition + 1) % 4
+    );
+    assert!(sample(&rig.app, &other).await.unwrap() < 1.0);
+
+    // Confirmed again: fresh and ready.
+    rig.cluster.set_leader_unconfirmed(partition, false);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (age, _) = view().await;
+    assert!(age < 1_000, "fresh again: {age} ms");
+    assert_eq!(call(&rig.app, get("/readyz")).await.0, StatusCode::OK);
 }
 
 #[tokio::test]

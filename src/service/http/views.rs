@@ -70,9 +70,10 @@ pub struct ChallengerView<'a> {
 pub struct Staleness {
     /// Every record below this offset of the partition is included.
     pub offset: i64,
-    /// Milliseconds since the partition was read.
+    /// Milliseconds since `refreshed_at`.
     pub age_ms: u64,
-    /// When it was read.
+    /// The instant the partition's log is known to have held nothing more
+    /// (the watcher's module docs).
     pub refreshed_at: Rfc3339Ms,
 }
 
@@ -124,7 +125,7 @@ pub struct RoleSummary<'a> {
     pub status: Option<RoleStatus>,
     /// Failovers within the status window.
     pub failovers_in_window: usize,
-    /// Milliseconds since the role's partition was read.
+    /// The age of the role's view.
     pub age_ms: u64,
 }
 

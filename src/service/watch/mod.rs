@@ -8,6 +8,18 @@
 //! InitProducerId, a timeout fence, writers on transaction version 2). What
 //! the tracker reports goes to the metrics, the event streams and the check
 //! path's high-water marks.
+//!
+//! **A view's age** is honest: every read of a partition says as of which
+//! instant the log held nothing more, as far as anyone can know
+//! ([`Tailed::Read`]: the earlier of the fetch's send instant and the last
+//! confirmation of its leader by another broker), and a view is that old. A
+//! partition whose leader stops answering, or answers without any other
+//! broker confirming it (a deposed leader cut off from the controller),
+//! shows its views growing older, and once older than
+//! [`WatchConfig::stale_after`] the partition is named by
+//! [`Watcher::not_ready`] (`/readyz`). Views, the `x-krabka-view-age-ms`
+//! header and `krabka_state_view_age_seconds` all come from
+//! [`Watcher::view_ages`]'s rule.
 
 mod role_metrics;
 mod status;
@@ -41,6 +53,8 @@ pub struct WatchConfig {
     pub topic: String,
     /// Longest wait of one long poll: how stale a view may get.
     pub long_poll: Duration,
+    /// A partition whose view is older than this is not ready.
+    pub stale_after: Duration,
     /// Interval of the coordinator poller.
     pub poll_interval: Duration,
     /// Most roles per describe of the poller.
@@ -60,9 +74,10 @@ pub struct RoleView {
     pub partition: i32,
     /// The view's read position: every record below it is included.
     pub offset: i64,
-    /// How old the view is.
+    /// How old the view is: since the instant the partition is known to
+    /// have held nothing more.
     pub age: Duration,
-    /// When the partition was last read (epoch ms, service clock).
+    /// That instant (epoch ms, service clock).
     pub refreshed_at_ms: i64,
     /// The role's status (`None` outside the service, e.g. the CLI).
     pub status: Option<RoleStatus>,
@@ -76,7 +91,20 @@ pub struct RoleView {
 struct Part {
     tracker: PartitionTracker,
     error: Option<String>,
-    fetched_at_ms: Option<i64>,
+    /// When a read last arrived (epoch ms).
+    read_at_ms: Option<i64>,
+    /// The instant the partition is known complete as of (epoch ms).
+    complete_as_of_ms: Option<i64>,
+}
+
+impl Part {
+    /// The view's age at `now_ms`, once a read was confirmed.
+    fn age(&self, now_ms: i64) -> Option<Duration> {
+        let as_of = self.complete_as_of_ms?;
+        Some(Duration::from_millis(
+            u64::try_from(now_ms - as_of).unwrap_or(0),
+        ))
+    }
 }
 
 type Parts = Arc<Vec<Mutex<Part>>>;
@@ -147,7 +175,8 @@ impl Watcher {
                         Mutex::new(Part {
                             tracker: PartitionTracker::new(self.config.tracker),
                             error: None,
-                            fetched_at_ms: None,
+                            read_at_ms: None,
+                            complete_as_of_ms: None,
                         })
                     })
                     .collect(),
@@ -166,10 +195,14 @@ impl Watcher {
     /// Drops every role of the old parts (their series, the role count).
     fn reset(&self, parts: Option<Parts>) {
         let old = std::mem::replace(&mut *write(&self.parts), parts);
-        for part in old.iter().flat_map(|p| p.iter()) {
+        for (p, part) in old.iter().flat_map(|p| p.iter().enumerate()) {
             for role in lock(part).tracker.roles() {
                 self.role_metrics.remove(role);
             }
+            let _ = self
+                .role_metrics
+                .view_age
+                .remove_label_values(&[&p.to_string()]);
         }
         self.roles.store(0, Ordering::Relaxed);
         self.role_metrics.roles.set(0);
@@ -227,6 +260,7 @@ impl Watcher {
                     records,
                     next_offset,
                     last_stable_offset,
+                    complete_as_of,
                 } => {
                     let Some(slot) = usize::try_from(partition).ok().and_then(|p| parts.get(p))
                     else {
@@ -240,7 +274,15 @@ impl Watcher {
                         let before = part.tracker.caught_up();
                         let lag = part.tracker.advance(next_offset, last_stable_offset);
                         part.error = None;
-                        part.fetched_at_ms = Some(now);
+                        part.read_at_ms = Some(now);
+                        if let Some(at) = complete_as_of {
+                            // On the service clock: as long before now as
+                            // the instant is before now.
+                            let behind = Instant::now().saturating_duration_since(at);
+                            let as_of = now - millis(behind);
+                            part.complete_as_of_ms =
+                                Some(part.complete_as_of_ms.map_or(as_of, |old| old.max(as_of)));
+                        }
                         (lag, !before && part.tracker.caught_up())
                     };
                     if caught_up_now {
@@ -387,13 +429,12 @@ impl Watcher {
     }
 
     fn view(&self, part: &Part, facts: RoleFacts, partition: i32, now_ms: i64) -> RoleView {
-        let refreshed_at_ms = part.fetched_at_ms.unwrap_or(now_ms);
         RoleView {
             state: facts.state,
             partition,
             offset: part.tracker.next_offset(),
-            age: Duration::from_millis(u64::try_from(now_ms - refreshed_at_ms).unwrap_or(0)),
-            refreshed_at_ms,
+            age: part.age(now_ms).unwrap_or_default(),
+            refreshed_at_ms: part.complete_as_of_ms.unwrap_or(now_ms),
             status: Some(facts.status),
             failovers_in_window: facts.failovers_in_window,
             coordinator: facts.coordinator,
@@ -411,11 +452,8 @@ impl Watcher {
             return Ok(None);
         };
         let part = lock(slot);
-        if !part.tracker.caught_up() {
-            return Err(format!(
-                "partition {partition} is still being read: {}",
-                part.error.as_deref().unwrap_or("catching up")
-            ));
+        if let Some(why) = unviewable(&part, partition) {
+            return Err(why);
         }
         let now = self.clock.now_ms();
         Ok(part
@@ -433,11 +471,8 @@ impl Watcher {
         let mut views = Vec::new();
         for (p, slot) in parts.iter().enumerate() {
             let part = lock(slot);
-            if !part.tracker.caught_up() {
-                return Err(format!(
-                    "partition {p} is still being read: {}",
-                    part.error.as_deref().unwrap_or("catching up")
-                ));
+            if let Some(why) = unviewable(&part, p as i32) {
+                return Err(why);
             }
             views.extend(
                 part.tracker
@@ -450,22 +485,67 @@ impl Watcher {
         Ok(views)
     }
 
-    /// `None` when every partition has caught up and its last read
-    /// succeeded; otherwise why not.
+    /// `None` when every partition has caught up, its last read succeeded
+    /// and its view is no older than [`WatchConfig::stale_after`];
+    /// otherwise why not, naming the partition.
     pub fn not_ready(&self) -> Option<String> {
         let Some(parts) = self.parts() else {
             return Some("the coordination topic has not been found yet".into());
         };
+        let now = self.clock.now_ms();
         for (p, slot) in parts.iter().enumerate() {
             let part = lock(slot);
             if let Some(e) = &part.error {
                 return Some(format!("partition {p}: {e}"));
             }
-            if !part.tracker.caught_up() {
-                return Some(format!("partition {p} is catching up"));
+            if let Some(why) = unviewable(&part, p as i32) {
+                return Some(why);
+            }
+            let age = part.age(now).unwrap_or_default();
+            if age > self.config.stale_after {
+                let read_lately = part
+                    .read_at_ms
+                    .is_some_and(|at| now - at <= millis(self.config.stale_after));
+                let why = if read_lately {
+                    "its leader answers, but no other broker has confirmed it leads since (a deposed leader cut off from the controller?)"
+                } else {
+                    "nothing was read from its leader since"
+                };
+                return Some(format!(
+                    "partition {p}: the view is {} ms old: {why}",
+                    age.as_millis()
+                ));
             }
         }
         None
+    }
+
+    /// Each partition's view age at the service clock's now (`None` before
+    /// its first confirmed read); sets `krabka_state_view_age_seconds`.
+    pub fn view_ages(&self) -> Vec<(i32, Option<Duration>)> {
+        let Some(parts) = self.parts() else {
+            return Vec::new();
+        };
+        let now = self.clock.now_ms();
+        let ages: Vec<(i32, Option<Duration>)> = parts
+            .iter()
+            .enumerate()
+            .map(|(p, slot)| (p as i32, lock(slot).age(now)))
+            .collect();
+        for (p, age) in &ages {
+            let label = p.to_string();
+            match age {
+                Some(age) => self
+                    .role_metrics
+                    .view_age
+                    .with_label_values(&[&label])
+                    .set(age.as_secs_f64()),
+                None => {
+                    let _ = self.role_metrics.view_age.remove_label_values(&[&label]);
+                }
+            }
+        }
+        ages
     }
 
     /// Live changes of every role.
@@ -487,4 +567,22 @@ impl Watcher {
             None => (Vec::new(), false),
         }
     }
+}
+
+/// Why no view of a partition can be shown yet: it is still being read, or
+/// no read of it was confirmed yet.
+fn unviewable(part: &Part, partition: i32) -> Option<String> {
+    if !part.tracker.caught_up() {
+        return Some(format!(
+            "partition {partition} is still being read: {}",
+            part.error.as_deref().unwrap_or("catching up")
+        ));
+    }
+    part.complete_as_of_ms
+        .is_none()
+        .then(|| format!("partition {partition}: no other broker has confirmed its leader yet"))
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

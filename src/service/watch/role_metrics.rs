@@ -7,7 +7,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 
 use super::status::RoleStatus;
@@ -34,6 +35,8 @@ pub struct RoleMetrics {
     pub leaderless_seconds: Histogram,
     /// Records behind the last stable offset, per partition.
     pub lag: IntGaugeVec,
+    /// The age of each partition's views, set when scraped.
+    pub view_age: GaugeVec,
     /// Roles known to the watcher.
     pub roles: IntGauge,
     omitted: IntCounter,
@@ -153,6 +156,17 @@ impl RoleMetrics {
                 "Committed records of the partition not yet applied by the watcher.",
                 &["partition"],
             )?,
+            view_age: {
+                let g = GaugeVec::new(
+                    Opts::new(
+                        "krabka_state_view_age_seconds",
+                        "How old the partition's roster views are: since the instant its log is known to have held nothing more (its last read, as far as another broker confirmed its leader). The x-krabka-view-age-ms of its views.",
+                    ),
+                    &["partition"],
+                )?;
+                registry.register(Box::new(g.clone()))?;
+                g
+            },
             roles,
             omitted,
             max_roles,
