@@ -139,27 +139,35 @@ impl Epochs {
         let behind = answer.topics.iter().find_map(|(topic, meta)| {
             meta.partitions.iter().find_map(|p| {
                 let newest = inner.newest.get(&(topic.clone(), p.index))?;
-                (p.leader_epoch >= 0
-                    && newest.epoch > p.leader_epoch
-                    && newest.since + LAG_GRACE <= sent)
-                    .then(|| {
-                        format!(
-                            "it reports leader {} at epoch {} for {topic}-{}, where another broker reported leader {} at epoch {} {} ms before the request",
-                            p.leader,
-                            p.leader_epoch,
-                            p.index,
-                            newest.leader,
-                            newest.epoch,
-                            sent.saturating_duration_since(newest.since).as_millis()
-                        )
-                    })
+                (p.leader_epoch >= 0 && newest.epoch > p.leader_epoch).then(|| {
+                    let why = format!(
+                        "it reports leader {} at epoch {} for {topic}-{}, where another broker reported leader {} at epoch {} {} ms before the request",
+                        p.leader,
+                        p.leader_epoch,
+                        p.index,
+                        newest.leader,
+                        newest.epoch,
+                        sent.saturating_duration_since(newest.since).as_millis()
+                    );
+                    (why, newest.since)
+                })
             })
         });
-        if let Some(why) = behind {
-            let first = self.mark(&mut inner, from, now);
-            return Judgement::Stale { first, why };
+        let was_stale = inner.stale.contains_key(from);
+        let caught_up = was_stale && behind.is_none();
+        match behind {
+            // Behind for longer than a moment, or still behind: stale.
+            Some((why, since)) if was_stale || since + LAG_GRACE <= sent => {
+                let first = self.mark(&mut inner, from, now);
+                return Judgement::Stale { first, why };
+            }
+            // Lagging by a moment: used (with the newer entries), and
+            // nothing said of the broker.
+            Some(_) => {}
+            None => {
+                inner.stale.remove(from);
+            }
         }
-        let caught_up = inner.stale.remove(from).is_some();
         let mut deposed = Vec::new();
         for (topic, meta) in &mut answer.topics {
             for p in &mut meta.partitions {
@@ -374,8 +382,16 @@ mod tests {
         assert!(!first, "already stale as the deposed leader");
         assert!(why.contains("t-0") && why.contains("epoch 4"), "{why}");
         assert_eq!(epochs.stale().len(), 1);
+        // The leader moves again (broker 3, deposed, is stale too); broker
+        // 1 catching up with the move before is still behind, even within
+        // the grace of the newest: it stays stale.
+        judge(&epochs, 2, &[(0, 2, 6)]);
+        assert!(matches!(
+            judge(&epochs, 1, &[(0, 3, 5)]),
+            Judgement::Stale { first: false, .. }
+        ));
         // It caught up.
-        let caught = judge(&epochs, 1, &[(0, 3, 5)]);
+        let caught = judge(&epochs, 1, &[(0, 2, 6)]);
         assert_eq!(
             caught,
             Judgement::Current {
@@ -383,7 +399,10 @@ mod tests {
                 deposed: Vec::new()
             }
         );
-        assert!(!epochs.is_stale("b:1") && epochs.stale().is_empty());
+        assert!(!epochs.is_stale("b:1"));
+        assert_eq!(epochs.stale().len(), 1, "broker 3 until it answers");
+        judge(&epochs, 3, &[(0, 2, 6)]);
+        assert!(epochs.stale().is_empty());
     }
 
     #[tokio::test(start_paused = true)]
