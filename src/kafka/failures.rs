@@ -809,3 +809,63 @@ async fn reads_of_a_deposed_leader_are_never_fresher_than_its_last_confirmation(
         resumed.elapsed()
     );
 }
+
+#[tokio::test]
+async fn a_read_has_its_leader_confirmed_by_another_broker_first() {
+    // Broker 1, cut off, still leads t-0 at epoch 4 as far as it knows, and
+    // it is all the client was told; brokers 2 and 3 know broker 2 leads
+    // at epoch 5.
+    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let script = |me: i32| {
+        let addrs = addrs.clone();
+        Arc::new(
+            move |header: &kafka_protocol::messages::RequestHeader, body: Bytes| {
+                let addrs = addrs.lock().unwrap().clone();
+                let brokers = [
+                    (1, addrs[0].as_str()),
+                    (2, addrs[1].as_str()),
+                    (3, addrs[2].as_str()),
+                ];
+                let believed = if me == 1 { (1, 4) } else { (2, 5) };
+                match ApiKey::try_from(header.request_api_key).unwrap() {
+                    ApiKey::Metadata => Some(leading(header, body, &brokers, believed)),
+                    ApiKey::ListOffsets => {
+                        use kafka_protocol::messages::ListOffsetsResponse;
+                        use kafka_protocol::messages::list_offsets_response::{
+                            ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+                        };
+                        let response = ListOffsetsResponse::default().with_topics(vec![
+                            ListOffsetsTopicResponse::default().with_partitions(vec![
+                                ListOffsetsPartitionResponse::default()
+                                    .with_partition_index(0)
+                                    .with_offset(0),
+                            ]),
+                        ]);
+                        Some(answer(header, &response))
+                    }
+                    _ => None,
+                }
+            },
+        ) as super::fake::Script
+    };
+    let brokers = [
+        FakeBroker::start(script(1)).await,
+        FakeBroker::start(script(2)).await,
+        FakeBroker::start(script(3)).await,
+    ];
+    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+    let client = client(&[&brokers[0].addr]);
+    client.refresh_metadata(&["t"]).await.unwrap();
+    let read = client.read_committed("t", 0, 0).await.unwrap();
+    assert_eq!(read.next_offset, 0);
+    assert!(
+        brokers[0].requests(ApiKey::ListOffsets).is_empty(),
+        "the cut-off broker's log was not read"
+    );
+    assert_eq!(
+        brokers[1].requests(ApiKey::ListOffsets).len(),
+        1,
+        "the leader's was"
+    );
+    assert!(client.state().epochs().is_stale(&brokers[0].addr));
+}

@@ -9,6 +9,16 @@
 //! answers FENCED_LEADER_EPOCH (74), UNKNOWN_LEADER_EPOCH (75) or
 //! NOT_LEADER_OR_FOLLOWER (6), and metadata is refreshed, as Kafka's Java
 //! consumer does.
+//!
+//! A leader cut off from the controller does not know it was deposed and
+//! keeps answering reads at its old epoch, from a log that no longer grows,
+//! without any error that would refresh metadata. So a read
+//! ([`KafkaClient::read_committed`]: the leader-election client's, the
+//! CLI's) first has its partition's leader confirmed by another broker when
+//! no confirmation of it is younger than `READ_CONFIRMED_WITHIN`
+//! (`state::epochs`; the tailer confirms its leaders itself): a member then
+//! reads the new leader's log, not the deposed one's, and does not
+//! challenge a holder whose leases it cannot see.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -37,6 +47,9 @@ pub const LATEST: i64 = -1;
 pub const EARLIEST: i64 = -2;
 /// Most bytes asked of one partition per fetch.
 const PARTITION_MAX_BYTES: i32 = 4 * 1024 * 1024;
+/// A read's leader is confirmed by another broker first unless a
+/// confirmation younger than this stands.
+const READ_CONFIRMED_WITHIN: Duration = Duration::from_secs(1);
 
 /// Records read from one partition.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -374,13 +387,23 @@ impl KafkaClient {
     /// Reads a partition with read_committed from `from` up to the last
     /// stable offset as it stood when the read began. Aborted transactions
     /// and control batches are dropped. An open transaction holds the LSO
-    /// back, so this returns what lies before it without waiting.
+    /// back, so this returns what lies before it without waiting. The
+    /// partition's leader is confirmed by another broker first (see the
+    /// module docs).
     pub async fn read_committed(
         &self,
         topic: &str,
         partition: i32,
         from: i64,
     ) -> Result<PartitionRead, KafkaError> {
+        if self.state().metadata().is_multi_broker()
+            && !self
+                .state()
+                .epochs()
+                .confirmed_within(topic, partition, READ_CONFIRMED_WITHIN)
+        {
+            self.confirm_leaders(topic).await;
+        }
         let end = self.list_offset(topic, partition, LATEST).await?;
         let mut cursor = Cursor::at(from);
         let mut read = PartitionRead {

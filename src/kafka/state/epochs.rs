@@ -298,6 +298,16 @@ impl Epochs {
         newest.confirmed.map(|confirmed| confirmed.min(fetched))
     }
 
+    /// True when the newest leader of `topic`-`partition` was confirmed by
+    /// another broker within `within`.
+    pub(crate) fn confirmed_within(&self, topic: &str, partition: i32, within: Duration) -> bool {
+        lock(&self.inner)
+            .newest
+            .get(&(topic.to_owned(), partition))
+            .and_then(|n| n.confirmed)
+            .is_some_and(|at| at.elapsed() < within)
+    }
+
     /// Forgets everything (another cluster).
     pub(super) fn clear(&self) {
         let mut inner = lock(&self.inner);
