@@ -36,9 +36,14 @@ pub enum ClusterError {
     /// operator must act.
     #[error("{0}")]
     Denied(String),
-    /// The request cannot work as made (a missing topic, bad settings).
+    /// The request cannot work as made (bad settings, a topic that is not
+    /// compacted).
     #[error("{0}")]
     Invalid(String),
+    /// The topic does not exist (yet): on a fresh cluster, until the first
+    /// candidate (or the service, when allowed) creates it.
+    #[error("{0}")]
+    NoTopic(String),
 }
 
 /// What tailing learned of one partition.
@@ -82,6 +87,17 @@ pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {
 
     /// The partition count of `topic`, from fresh metadata.
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<i32, ClusterError>>;
+
+    /// Creates `topic` compacted with `partitions` partitions and
+    /// `replication_factor` replicas (-1: the broker's default) when it is
+    /// missing; returns its partition count, which is the existing topic's
+    /// when another client created it first.
+    fn create_topic<'a>(
+        &'a self,
+        topic: &'a str,
+        partitions: i32,
+        replication_factor: i16,
+    ) -> BoxFuture<'a, Result<i32, ClusterError>>;
 
     /// Refuses a topic that is not compacted (retention would forget
     /// registrations and leases).

@@ -8,8 +8,9 @@ use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::client::KafkaClient;
+use super::client::{Broker, KafkaClient};
 use super::error::KafkaError;
+use super::topic::TopicSpec;
 use crate::cluster::{Cluster, ClusterError, Described, Floor, Tailed};
 
 impl From<KafkaError> for ClusterError {
@@ -20,12 +21,25 @@ impl From<KafkaError> for ClusterError {
             ClusterError::Unavailable(e.to_string())
         } else {
             match e {
+                // The one reason `partition_count` gives for a topic that
+                // Metadata does not know (UNKNOWN_TOPIC_OR_PARTITION, or no
+                // partitions); the fresh-install broker test holds it.
+                KafkaError::Topic { ref reason, .. } if reason == "does not exist" => {
+                    ClusterError::NoTopic(e.to_string())
+                }
                 KafkaError::Topic { .. } | KafkaError::Invalid(_) => {
                     ClusterError::Invalid(e.to_string())
                 }
                 other => ClusterError::Unavailable(other.to_string()),
             }
         }
+    }
+}
+
+/// The coordinator table's values: each holds its broker's address.
+impl crate::bounded::HeapSize for Broker {
+    fn heap_bytes(&self) -> u64 {
+        crate::bounded::allocated(self.addr.capacity())
     }
 }
 
@@ -56,6 +70,23 @@ impl Cluster for KafkaClient {
 
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<i32, ClusterError>> {
         async move { Ok(self.partition_count(topic).await?) }.boxed()
+    }
+
+    fn create_topic<'a>(
+        &'a self,
+        topic: &'a str,
+        partitions: i32,
+        replication_factor: i16,
+    ) -> BoxFuture<'a, Result<i32, ClusterError>> {
+        async move {
+            let spec = TopicSpec {
+                partitions,
+                replication_factor,
+                configs: Vec::new(),
+            };
+            Ok(self.ensure_topic(topic, &spec).await?)
+        }
+        .boxed()
     }
 
     fn check_compacted<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<(), ClusterError>> {

@@ -33,6 +33,10 @@ const EXHAUSTED_EPOCH: i16 = 32766;
 #[derive(Debug, Default)]
 struct ClusterState {
     partitions: i32,
+    /// False on a fresh cluster until the topic is created: by the service
+    /// ([`Cluster::create_topic`]) or by a member's first write, as a
+    /// candidate connecting with a topic spec would.
+    topic_exists: bool,
     logs: HashMap<i32, Vec<LogRecord>>,
     current: HashMap<String, FencingToken>,
     /// The coordinator's transaction state per role.
@@ -59,6 +63,7 @@ impl MemoryCluster {
         MemoryCluster {
             state: Arc::new(Mutex::new(ClusterState {
                 partitions,
+                topic_exists: true,
                 next_producer_id: 1000,
                 max_transaction_timeout: Duration::from_secs(900),
                 cluster_id: "memory-cluster".into(),
@@ -66,6 +71,19 @@ impl MemoryCluster {
             })),
             appended: watch::Sender::new(0),
         }
+    }
+
+    /// A fresh cluster: no coordination topic until the service creates it
+    /// or a member writes (then with `partitions` partitions).
+    pub fn without_topic(partitions: i32) -> MemoryCluster {
+        let cluster = MemoryCluster::new(partitions);
+        cluster.lock().topic_exists = false;
+        cluster
+    }
+
+    /// Whether the coordination topic exists.
+    pub fn topic_exists(&self) -> bool {
+        self.lock().topic_exists
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ClusterState> {
@@ -207,13 +225,36 @@ impl Cluster for MemoryCluster {
         .boxed()
     }
 
-    fn partitions<'a>(&'a self, _topic: &'a str) -> BoxFuture<'a, Result<i32, ClusterError>> {
+    fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<i32, ClusterError>> {
         async move {
             let state = self.lock();
             match &state.unavailable {
                 Some(reason) => Err(ClusterError::Unavailable(reason.clone())),
+                None if !state.topic_exists => Err(ClusterError::NoTopic(format!(
+                    "topic {topic}: does not exist"
+                ))),
                 None => Ok(state.partitions),
             }
+        }
+        .boxed()
+    }
+
+    fn create_topic<'a>(
+        &'a self,
+        _topic: &'a str,
+        partitions: i32,
+        _replication_factor: i16,
+    ) -> BoxFuture<'a, Result<i32, ClusterError>> {
+        async move {
+            let mut state = self.lock();
+            if let Some(reason) = &state.unavailable {
+                return Err(ClusterError::Unavailable(reason.clone()));
+            }
+            if !state.topic_exists {
+                state.topic_exists = true;
+                state.partitions = partitions;
+            }
+            Ok(state.partitions)
         }
         .boxed()
     }
@@ -296,6 +337,7 @@ impl ClusterState {
         if key.kind == crate::coordination::KeyKind::Lease {
             self.txn_states.insert(role.to_owned(), "CompleteCommit");
         }
+        self.topic_exists = true;
         let partition = role_partition(role, self.partitions)?;
         let log = self.logs.entry(partition).or_default();
         let offset = log.len() as i64;

@@ -45,7 +45,10 @@ impl Drop for Rig {
 }
 
 fn rig_with(config: ServiceConfig) -> Rig {
-    let cluster = MemoryCluster::new(4);
+    rig_on(MemoryCluster::new(4), config)
+}
+
+fn rig_on(cluster: MemoryCluster, config: ServiceConfig) -> Rig {
     let state = AppState::with_cluster(
         config,
         Arc::new(cluster.clone()),
@@ -375,9 +378,11 @@ async fn with_api_tokens_a_stranger_learns_nothing() {
         StatusCode::OK
     );
     let (_, _, body) = call(&rig.app, with_token("/readyz")).await;
-    assert_eq!(
-        body["reason"], "starting",
-        "a caller with a token is told why"
+    assert!(
+        body["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("starting: waiting for Kafka")),
+        "a caller with a token is told why: {body}"
     );
     let (status, _, body) = call(&rig.app, with_token("/roles/r/authority?token=1:1")).await;
     assert_eq!(
@@ -611,7 +616,7 @@ proptest! {
 #[tokio::test]
 async fn memory_stays_bounded_whatever_role_names_are_asked_about() {
     let mut config = config();
-    config.check.superseded_cache_capacity = 1_000;
+    config.check.superseded_cache_bytes = 200_000;
     config.check.high_water_bytes = 200_000;
     let rig = rig_with(config);
     let minter = rig.cluster.transport();
@@ -628,11 +633,120 @@ async fn memory_stays_bounded_whatever_role_names_are_asked_about() {
     }
     let (superseded, marks) = rig.state.checker.caches().sizes();
     assert!(
-        superseded <= 1_000 / 20,
+        superseded <= 200_000 / 20_000,
         "{superseded} superseded entries of 20 KB names"
     );
+    let (superseded_bytes, mark_bytes) = rig.state.checker.caches().bytes();
+    assert!(superseded_bytes <= 200_000 && mark_bytes <= 200_000);
     assert!(
         marks <= 200_000 / 20_000,
         "{marks} high-water marks of 20 KB names"
     );
+}
+
+/// Polls `probe` every 10 ms until it gives `Some`, for at most 5 s.
+async fn within_5s<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A fresh cluster, without the coordination topic: the service is ready
+/// (with a note), checks answer, views say no role is registered; when the
+/// first candidate registers (creating the topic), the watcher finds it
+/// without a restart and the views show the role.
+#[tokio::test]
+async fn a_fresh_cluster_without_the_topic_is_ready_and_the_first_candidate_shows() {
+    let rig = rig_on(MemoryCluster::without_topic(4), config());
+    let (status, _, body) = within_5s("ready without the topic", async || {
+        rig.state.probe().await;
+        let answer = call(&rig.app, get("/readyz")).await;
+        (answer.0 == StatusCode::OK).then_some(answer)
+    })
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        body["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("does not exist yet")),
+        "{body}"
+    );
+    let (status, _, body) = call(&rig.app, get("/roles")).await;
+    assert_eq!(
+        (status, &body["roles"]),
+        (StatusCode::OK, &serde_json::json!([]))
+    );
+    let (status, _, body) = call(&rig.app, get("/roles/r")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        body["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("no role is registered yet")),
+        "{body}"
+    );
+    let (status, _, body) = call(&rig.app, get("/roles/r/authority?token=1:1")).await;
+    assert_eq!(
+        (status, body["verdict"].as_str()),
+        (StatusCode::CONFLICT, Some("vacant"))
+    );
+    assert!(!rig.cluster.topic_exists(), "the service created the topic");
+    let metrics = call(&rig.app, get("/metrics")).await.2;
+    assert!(
+        metrics
+            .as_str()
+            .is_some_and(|m| m.contains("krabka_state_topic_exists 0")),
+        "{metrics}"
+    );
+
+    // The first candidate registers, which creates the topic.
+    rig.cluster
+        .transport()
+        .register("r", "a", 1_700_000_000_000)
+        .await
+        .unwrap();
+    let body = within_5s("the role in the views", async || {
+        let (status, _, body) = call(&rig.app, get("/roles/r")).await;
+        (status == StatusCode::OK).then_some(body)
+    })
+    .await;
+    assert_eq!(body["members"][0]["member"], "a", "{body}");
+    rig.state.probe().await;
+    let (status, _, body) = call(&rig.app, get("/readyz")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.get("note").is_none(), "{body}");
+    let metrics = call(&rig.app, get("/metrics")).await.2;
+    assert!(
+        metrics
+            .as_str()
+            .is_some_and(|m| m.contains("krabka_state_topic_exists 1")),
+        "{metrics}"
+    );
+}
+
+/// With --create-topic the service creates the missing topic itself, with
+/// the partition count of its flags.
+#[tokio::test]
+async fn with_create_topic_the_service_creates_the_missing_topic() {
+    let mut config = config();
+    config.topic_creation.create_topic = true;
+    config.topic_creation.topic_partitions = 3;
+    let cluster = MemoryCluster::without_topic(4);
+    let rig = rig_on(cluster.clone(), config);
+    within_5s("the topic created", async || {
+        cluster.topic_exists().then_some(())
+    })
+    .await;
+    let partitions = within_5s("the watcher on it", async || rig.state.watcher.partitions()).await;
+    assert_eq!(partitions, 3);
+    rig.state.probe().await;
+    let (status, _, body) = call(&rig.app, get("/readyz")).await;
+    assert_eq!((status, body.get("note")), (StatusCode::OK, None), "{body}");
 }
