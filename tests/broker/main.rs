@@ -13,6 +13,7 @@ mod cli;
 mod cluster;
 mod common;
 mod faults;
+mod fresh_install;
 #[cfg(feature = "client")]
 mod guarded_sink;
 mod http_limits;
