@@ -14,7 +14,6 @@ mod cluster;
 mod common;
 mod faults;
 mod fresh_install;
-#[cfg(feature = "client")]
 mod guarded_sink;
 mod http_limits;
 mod kafka_transport;
