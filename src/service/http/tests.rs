@@ -326,6 +326,45 @@ async fn a_body_that_arrives_too_slowly_is_408() {
     assert_eq!(status, StatusCode::REQUEST_TIMEOUT, "{body}");
 }
 
+/// A body that trickles in (each byte well within the per-piece timeout)
+/// and then stalls is the caller's fault: 408 when the request timeout has
+/// passed since the request arrived, not the safety net's 503 "Coordinator
+/// unavailable" a second later (what a body sent at a byte per 0.5 s got
+/// with --request-timeout 2s: 503 at 3.0 s).
+#[tokio::test]
+async fn a_body_that_trickles_then_stalls_is_408_at_the_request_timeout() {
+    let rig = rig();
+    let trickle = futures::stream::unfold(0u8, |n| async move {
+        // Longer than the safety net's 1.3 s, each piece within 300 ms.
+        if n < 10 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Some((
+                Ok::<_, std::io::Error>(bytes::Bytes::from_static(b" ")),
+                n + 1,
+            ))
+        } else {
+            futures::future::pending::<()>().await;
+            None
+        }
+    });
+    let slow = Request::post("/authority/check")
+        .header(header::HOST, "test")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(trickle))
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let (status, headers, body) = call(&rig.app, slow).await;
+    let took = started.elapsed();
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT, "{body}");
+    assert!(headers.get(header::RETRY_AFTER).is_none());
+    assert!(
+        body["detail"].as_str().is_some_and(|d| d.contains("body")),
+        "{body}"
+    );
+    // The request timeout (300 ms), not the safety net's (1.3 s).
+    assert!(took < Duration::from_millis(1_000), "{took:?}");
+}
+
 #[tokio::test]
 async fn with_api_tokens_a_stranger_learns_nothing() {
     let rig = rig_with(with_tokens(config()));
