@@ -13,6 +13,7 @@
 //! path of every check, where a cache with per-read bookkeeping cost more
 //! CPU than the check itself.
 
+use crate::sync::{read, write};
 use std::collections::HashMap;
 use std::sync::RwLock;
 
@@ -147,15 +148,11 @@ impl<V: Clone + HeapSize> BoundedMap<V> {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner<V>> {
-        self.inner
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        read(&self.inner)
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner<V>> {
-        self.inner
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        write(&self.inner)
     }
 
     pub(crate) fn get(&self, key: &str) -> Option<V> {

@@ -107,6 +107,14 @@ pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {
     /// long polls of up to `long_poll`, until the receiver is dropped.
     fn tail(&self, topic: &str, from: Vec<i64>, long_poll: Duration) -> mpsc::Receiver<Tailed>;
 
+    /// Why the bootstrap brokers cannot be reached now: each one's last
+    /// failure while it waits out its reconnect backoff (the OS's reason:
+    /// refused, DNS, TLS, SASL). `None` when none failed lately. Readiness
+    /// shows it during start-up, before an operation gives up.
+    fn unreachable(&self) -> Option<String> {
+        None
+    }
+
     /// The cluster's id, once known: cached answers are tied to it.
     fn cluster_id(&self) -> Option<std::sync::Arc<str>>;
 

@@ -25,12 +25,14 @@
 //! crate, which depends on neither Kafka nor this server.
 //! - [`time`]: clocks and how instants are written.
 
+mod backoff;
 mod bounded;
 pub mod cluster;
 pub mod coordination;
 pub mod kafka;
 pub mod leadership;
 pub mod service;
+mod sync;
 pub mod time;
 pub mod transport;
 

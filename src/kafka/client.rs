@@ -1,11 +1,13 @@
-//! The client: connections per broker, which broker to ask, and what a
-//! failure teaches about the cluster.
+//! The client: connections per broker, and which broker to ask.
 //!
 //! Kafka's Java client is the reference (`NetworkClient`,
-//! `ClusterConnectionStates`, `Metadata`):
-//! - a failed or timed-out request marks its broker failed (reconnect
-//!   backoff, [`super::nodes`]), asks for a metadata refresh and suspects the
-//!   coordinators cached at that broker;
+//! `ClusterConnectionStates`):
+//! - every outcome of opening a connection or of a request goes to
+//!   [`ClusterState::learn`], which decides what it teaches (a failed or
+//!   timed-out request puts its broker in reconnect backoff, asks for a
+//!   metadata refresh and suspects the coordinators cached there);
+//! - a broker in reconnect backoff is not connected to: the attempt fails at
+//!   once with the reason its last attempt failed;
 //! - a request that any broker can answer (metadata, FindCoordinator, topic
 //!   configs) goes to the least loaded broker that is not in backoff, and
 //!   fails over to the next one when that broker fails;
@@ -29,178 +31,24 @@ use kafka_protocol::protocol::Request;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::config::ClientConfig;
 use super::connection::{ConnSettings, Connection};
-use super::coordinator::Coordinators;
-use super::describe::DescribeQueues;
 use super::error::KafkaError;
-use super::metadata::Metadata;
-use super::nodes::NodeStates;
-use super::security::{Security, authenticate, server_name, tls_connector};
+use super::observe::{Outcome, RequestObserver};
+use super::security::{authenticate, server_name, tls_connector};
+use super::state::{ClusterState, Lesson};
 use super::versions::api_name;
-
-/// How a request ended, for metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// A response arrived (it may still carry error codes).
-    Ok,
-    /// No response within the timeout.
-    Timeout,
-    /// The connection failed or could not be opened.
-    Disconnected,
-    /// Anything else: protocol, version or encoding errors.
-    Error,
-}
-
-impl Outcome {
-    /// The label value used in metrics.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Timeout => "timeout",
-            Outcome::Disconnected => "disconnected",
-            Outcome::Error => "error",
-        }
-    }
-
-    fn of(result: &Result<impl Sized, KafkaError>) -> Outcome {
-        match result {
-            Ok(_) => Outcome::Ok,
-            Err(KafkaError::Timeout { .. }) => Outcome::Timeout,
-            Err(KafkaError::Connect { .. } | KafkaError::ConnectionClosed { .. }) => {
-                Outcome::Disconnected
-            }
-            Err(_) => Outcome::Error,
-        }
-    }
-}
-
-/// Why an answer of a transaction coordinator was not used.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StaleReason {
-    /// Another broker named a different coordinator for the id.
-    Unconfirmed,
-    /// The answer's pair is below a pair already seen for the id.
-    BelowHighWater,
-}
-
-impl StaleReason {
-    /// The label value used in metrics.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            StaleReason::Unconfirmed => "unconfirmed",
-            StaleReason::BelowHighWater => "below_high_water",
-        }
-    }
-}
-
-/// Sees what the client does; the service turns it into metrics.
-pub trait RequestObserver: Send + Sync + std::fmt::Debug {
-    /// One request to one broker finished.
-    fn observe(&self, api: &'static str, outcome: Outcome, elapsed: Duration);
-
-    /// One DescribeTransactions went out with `ids` transactional ids.
-    fn describe_batch(&self, _ids: usize) {}
-
-    /// One coordinator lookup (a FindCoordinator, maybe hedged) went out
-    /// with `keys` transactional ids; confirmations are not lookups.
-    fn coordinator_lookup(&self, _keys: usize) {}
-
-    /// A coordinator's answer was not trusted and the id was asked again.
-    fn stale_answer(&self, _reason: StaleReason) {}
-
-    /// The cluster behind the bootstrap servers changed its id.
-    fn cluster_changed(&self) {}
-}
-
-/// Settings of the Kafka client. The defaults are Kafka's Java client's
-/// where it has the same setting.
-#[derive(Clone, Debug)]
-pub struct ClientConfig {
-    /// `host:port` addresses to bootstrap from.
-    pub bootstrap: Vec<String>,
-    /// Sent as the client id of every request.
-    pub client_id: String,
-    /// Limit on opening one connection.
-    pub connect_timeout: Duration,
-    /// Limit on one request's round trip.
-    pub request_timeout: Duration,
-    /// Limit on one operation across its retries.
-    pub operation_timeout: Duration,
-    /// First retry delay; doubles up to `retry_backoff_max`, with jitter.
-    pub retry_backoff: Duration,
-    /// Largest retry delay.
-    pub retry_backoff_max: Duration,
-    /// First wait before reconnecting to a broker that failed; doubles up
-    /// to `reconnect_backoff_max`, with jitter.
-    pub reconnect_backoff: Duration,
-    /// Largest wait before reconnecting to a broker that failed.
-    pub reconnect_backoff_max: Duration,
-    /// A request any broker can answer goes to a second broker too when the
-    /// first has not answered within this.
-    pub hedge_after: Duration,
-    /// Metadata older than this is refreshed before use.
-    pub metadata_max_age: Duration,
-    /// Largest frame accepted from a broker.
-    pub max_frame_bytes: usize,
-    /// Concurrent describes of one coordinator share requests (one in flight
-    /// per coordinator); `false` sends one request per call.
-    pub describe_batching: bool,
-    /// Most transactional ids in one DescribeTransactions.
-    pub max_describe_batch: usize,
-    /// Most bytes of transactional ids whose coordinator is remembered.
-    pub coordinator_cache_bytes: u64,
-    /// Receives what the client does, for metrics.
-    pub observer: Option<Arc<dyn RequestObserver>>,
-    /// TLS and SASL.
-    pub security: Security,
-}
-
-impl ClientConfig {
-    /// Defaults for a bootstrap list: 5 s per request, 10 s per operation.
-    pub fn new(bootstrap: impl IntoIterator<Item = impl Into<String>>) -> ClientConfig {
-        ClientConfig {
-            bootstrap: bootstrap.into_iter().map(Into::into).collect(),
-            client_id: "krabka-authority".to_owned(),
-            connect_timeout: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(5),
-            operation_timeout: Duration::from_secs(10),
-            retry_backoff: Duration::from_millis(100),
-            retry_backoff_max: Duration::from_secs(1),
-            reconnect_backoff: Duration::from_millis(50),
-            reconnect_backoff_max: Duration::from_secs(1),
-            hedge_after: Duration::from_millis(200),
-            metadata_max_age: Duration::from_secs(300),
-            max_frame_bytes: 100 * 1024 * 1024,
-            describe_batching: true,
-            max_describe_batch: 500,
-            coordinator_cache_bytes: 64 * 1024 * 1024,
-            observer: None,
-            security: Security::default(),
-        }
-    }
-}
-
-/// A broker by id and address.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Broker {
-    /// The broker's node id.
-    pub id: i32,
-    /// `host:port`.
-    pub addr: String,
-}
+use crate::sync::lock;
 
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 
-/// What every clone of a client shares: settings, the cluster view and the
-/// failure memory.
-pub(crate) struct Core {
-    pub(crate) config: ClientConfig,
+/// What every clone of a client shares: its settings and what it knows of
+/// the cluster.
+struct Shared {
+    config: ClientConfig,
     settings: ConnSettings,
     tls: Option<tokio_rustls::TlsConnector>,
-    pub(crate) nodes: NodeStates,
-    pub(crate) metadata: Metadata,
-    pub(crate) coordinators: Coordinators,
-    pub(crate) describes: DescribeQueues,
+    state: ClusterState,
 }
 
 /// One set of connections, one per broker address.
@@ -213,21 +61,17 @@ struct Pool {
 /// broker shared by every clone.
 #[derive(Clone)]
 pub struct KafkaClient {
-    pub(crate) core: Arc<Core>,
+    shared: Arc<Shared>,
     pool: Arc<Pool>,
 }
 
 impl std::fmt::Debug for KafkaClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KafkaClient")
-            .field("config", &self.core.config)
-            .field("tls", &self.core.tls.is_some())
+            .field("config", &self.shared.config)
+            .field("tls", &self.shared.tls.is_some())
             .finish_non_exhaustive()
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl KafkaClient {
@@ -248,11 +92,8 @@ impl KafkaClient {
             max_frame_bytes: config.max_frame_bytes,
         };
         Ok(KafkaClient {
-            core: Arc::new(Core {
-                nodes: NodeStates::new(config.reconnect_backoff, config.reconnect_backoff_max),
-                metadata: Metadata::default(),
-                coordinators: Coordinators::new(&config),
-                describes: DescribeQueues::default(),
+            shared: Arc::new(Shared {
+                state: ClusterState::new(&config),
                 config,
                 settings,
                 tls,
@@ -266,18 +107,24 @@ impl KafkaClient {
     /// connection in order, so long polls need their own.
     pub fn with_own_connections(&self) -> KafkaClient {
         KafkaClient {
-            core: self.core.clone(),
+            shared: self.shared.clone(),
             pool: Arc::default(),
         }
     }
 
     /// The client's settings.
     pub fn config(&self) -> &ClientConfig {
-        &self.core.config
+        &self.shared.config
+    }
+
+    /// What the client knows of the cluster; outcomes go to
+    /// [`ClusterState::learn`].
+    pub(crate) fn state(&self) -> &ClusterState {
+        &self.shared.state
     }
 
     pub(crate) fn observer(&self) -> Option<&Arc<dyn RequestObserver>> {
-        self.core.config.observer.as_ref()
+        self.shared.config.observer.as_ref()
     }
 
     fn slot(&self, addr: &str) -> Slot {
@@ -289,17 +136,22 @@ impl KafkaClient {
 
     /// The connection to `addr`, opened (or reopened) when needed. Callers
     /// for one address share one connection; only one of them connects. A
-    /// broker in reconnect backoff fails at once.
+    /// broker in reconnect backoff fails at once, with the reason its last
+    /// attempt failed.
     pub(crate) async fn connection(&self, addr: &str) -> Result<Arc<Connection>, KafkaError> {
         let slot = self.slot(addr);
         let mut guard = slot.lock().await;
         if let Some(conn) = guard.as_ref().filter(|c| !c.is_closed()) {
             return Ok(conn.clone());
         }
-        if let Some(left) = self.core.nodes.blocked_for(addr) {
+        if let Some(blocked) = self.state().nodes().blocked(addr) {
             return Err(KafkaError::Connect {
                 addr: addr.to_owned(),
-                reason: format!("failed recently; reconnecting in {} ms", left.as_millis()),
+                reason: format!(
+                    "{}; next try in {} ms",
+                    blocked.reason,
+                    blocked.left.as_millis()
+                ),
             });
         }
         match self.open(addr).await {
@@ -308,17 +160,18 @@ impl KafkaClient {
                 *guard = Some(conn.clone());
                 Ok(conn)
             }
-            Err(e) => {
-                if e.is_retriable() {
-                    self.connection_failed(addr);
-                }
-                Err(e)
+            Err(error) => {
+                self.state().learn(Lesson::CannotConnect {
+                    addr,
+                    error: &error,
+                });
+                Err(error)
             }
         }
     }
 
     async fn open(&self, addr: &str) -> Result<Connection, KafkaError> {
-        let config = &self.core.config;
+        let config = &self.shared.config;
         let connect_err = |reason: String| KafkaError::Connect {
             addr: addr.to_owned(),
             reason,
@@ -330,8 +183,8 @@ impl KafkaClient {
         stream
             .set_nodelay(true)
             .map_err(|e| connect_err(e.to_string()))?;
-        let settings = self.core.settings.clone();
-        let mut conn = match &self.core.tls {
+        let settings = self.shared.settings.clone();
+        let mut conn = match &self.shared.tls {
             None => Connection::start(stream, addr, settings),
             Some(tls) => {
                 let name = server_name(addr)?;
@@ -364,15 +217,6 @@ impl KafkaClient {
         Ok(conn)
     }
 
-    /// A connection to `addr` failed or timed out: the broker waits out its
-    /// reconnect backoff, metadata is refreshed before the next routed
-    /// request, and coordinators cached there are looked up again.
-    fn connection_failed(&self, addr: &str) {
-        self.core.nodes.failed(addr);
-        self.core.metadata.request_update();
-        self.core.coordinators.suspect(addr);
-    }
-
     /// Sends one request to the broker at `addr` with the client's request
     /// timeout, and learns from the outcome (see the module docs).
     pub(crate) async fn send_to<R: Request>(
@@ -380,7 +224,7 @@ impl KafkaClient {
         addr: &str,
         request: &R,
     ) -> Result<R::Response, KafkaError> {
-        self.send_to_within(addr, request, self.core.config.request_timeout)
+        self.send_to_within(addr, request, self.shared.config.request_timeout)
             .await
     }
 
@@ -414,20 +258,10 @@ impl KafkaClient {
         let started = Instant::now();
         let result = conn.call(request, timeout).await.map(|(r, _)| r);
         let addr = conn.addr();
-        match &result {
-            Ok(_) => {
-                if self.core.nodes.succeeded(addr) {
-                    self.core.coordinators.trust(addr);
-                }
-            }
-            Err(
-                KafkaError::Timeout { .. }
-                | KafkaError::ConnectionClosed { .. }
-                | KafkaError::Protocol { .. }
-                | KafkaError::FrameTooLarge { .. },
-            ) => self.connection_failed(addr),
-            Err(_) => {}
-        }
+        self.state().learn(match &result {
+            Ok(_) => Lesson::Answered { addr },
+            Err(error) => Lesson::ConnectionLost { addr, error },
+        });
         if let Some(observer) = self.observer() {
             observer.observe(api_name(R::KEY), Outcome::of(&result), started.elapsed());
         }
@@ -440,9 +274,9 @@ impl KafkaClient {
     /// last; ties in random order so load spreads (Java's `leastLoadedNode`).
     /// The bootstrap list stands in until metadata names the brokers.
     pub(crate) fn brokers_by_load(&self, exclude: &[&str]) -> Vec<String> {
-        let mut addrs: Vec<String> = self.core.metadata.broker_addrs();
+        let mut addrs: Vec<String> = self.state().metadata().broker_addrs();
         if addrs.is_empty() {
-            addrs = self.core.config.bootstrap.clone();
+            addrs = self.shared.config.bootstrap.clone();
         }
         addrs.retain(|a| !exclude.contains(&a.as_str()));
         addrs.sort();
@@ -451,7 +285,7 @@ impl KafkaClient {
         let mut ranked: Vec<((u8, usize, u32), String)> = addrs
             .into_iter()
             .map(|addr| {
-                let blocked = self.core.nodes.blocked_for(&addr).is_some();
+                let blocked = self.state().nodes().is_blocked(&addr);
                 let load = match slots.get(&addr).map(|s| s.try_lock()) {
                     // Someone is connecting: may be a hung broker.
                     Some(Err(_)) => (2, usize::MAX),
@@ -494,7 +328,7 @@ impl KafkaClient {
         };
         racing.push(start(first));
         let mut last = None;
-        let hedge = tokio::time::sleep(self.core.config.hedge_after);
+        let hedge = tokio::time::sleep(self.shared.config.hedge_after);
         tokio::pin!(hedge);
         let mut hedged = false;
         loop {

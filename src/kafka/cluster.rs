@@ -8,7 +8,8 @@ use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::client::{Broker, KafkaClient};
+use super::client::KafkaClient;
+use super::config::Broker;
 use super::error::KafkaError;
 use super::topic::TopicSpec;
 use crate::cluster::{Cluster, ClusterError, Described, Floor, Tailed};
@@ -98,10 +99,23 @@ impl Cluster for KafkaClient {
     }
 
     fn cluster_id(&self) -> Option<std::sync::Arc<str>> {
-        self.core.metadata.cluster_id()
+        self.state().metadata().cluster_id()
+    }
+
+    fn unreachable(&self) -> Option<String> {
+        let failures: Vec<String> = self
+            .config()
+            .bootstrap
+            .iter()
+            .filter_map(|addr| {
+                let blocked = self.state().nodes().blocked(addr)?;
+                Some(format!("{addr}: {}", blocked.reason))
+            })
+            .collect();
+        (!failures.is_empty()).then(|| failures.join("; "))
     }
 
     fn remembered_bytes(&self) -> u64 {
-        self.core.coordinators.weighted_size()
+        self.state().coordinators().weighted_size()
     }
 }

@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 
 use super::error::KafkaError;
 use super::versions::{Versions, api_name};
+use crate::sync::lock;
 
 /// Settings of one connection.
 #[derive(Clone, Debug)]
@@ -45,17 +46,9 @@ struct Shared {
 }
 
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
-        // A poisoned std mutex only means a panic elsewhere; the map is
-        // still consistent, so keep going.
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Fails every request in flight and every later one with `err`.
     fn poison(&self, err: KafkaError) {
-        let previous = std::mem::replace(&mut *self.lock(), Pending::Poisoned(err.clone()));
+        let previous = std::mem::replace(&mut *lock(&self.pending), Pending::Poisoned(err.clone()));
         if let Pending::Open(waiters) = previous {
             if !waiters.is_empty() {
                 tracing::debug!(addr = %self.addr, in_flight = waiters.len(), error = %err, "connection poisoned");
@@ -82,7 +75,7 @@ struct Waiter<'a> {
 
 impl Drop for Waiter<'_> {
     fn drop(&mut self) {
-        if let Pending::Open(map) = &mut *self.shared.lock() {
+        if let Pending::Open(map) = &mut *lock(&self.shared.pending) {
             map.remove(&self.id);
         }
     }
@@ -202,7 +195,7 @@ impl Connection {
 
     /// True once the connection failed; a new one must be opened.
     pub(crate) fn is_closed(&self) -> bool {
-        matches!(*self.shared.lock(), Pending::Poisoned(_))
+        matches!(*lock(&self.shared.pending), Pending::Poisoned(_))
             || self.frames.is_closed()
             || self
                 .retire_at
@@ -211,7 +204,7 @@ impl Connection {
 
     /// Requests sent and not yet answered.
     pub(crate) fn in_flight(&self) -> usize {
-        match &*self.shared.lock() {
+        match &*lock(&self.shared.pending) {
             Pending::Open(map) => map.len(),
             Pending::Poisoned(_) => 0,
         }
@@ -254,7 +247,7 @@ impl Connection {
         let frame = self.encode(request, version, id)?;
 
         let (tx, rx) = oneshot::channel();
-        match &mut *self.shared.lock() {
+        match &mut *lock(&self.shared.pending) {
             Pending::Poisoned(err) => return Err(err.clone()),
             Pending::Open(map) => {
                 map.insert(id, tx);
@@ -361,7 +354,7 @@ where
         }
         let body = body.freeze();
         let id = (&body[..4]).get_i32();
-        let waiter = match &mut *shared.lock() {
+        let waiter = match &mut *lock(&shared.pending) {
             Pending::Open(map) => map.remove(&id),
             Pending::Poisoned(_) => return,
         };

@@ -5,8 +5,9 @@
 //!
 //! **Batching.** Per coordinator at most one DescribeTransactions is in
 //! flight; ids asked for meanwhile (by any caller) wait and go together in
-//! the next request, up to `max_describe_batch` ids. An id is only ever
-//! answered by a request sent after it was asked for.
+//! the next request, up to `max_describe_batch` ids (the queues are
+//! `state::describes`). An id is only ever answered by a request sent after
+//! it was asked for.
 //!
 //! **Only confirmed answers.** A broker that paused (a long GC pause, a
 //! frozen VM) and came back still answers from its memory until it has
@@ -47,64 +48,28 @@
 //! up anew), until the deadline.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 use std::time::Duration;
 
-use kafka_protocol::messages::{DescribeTransactionsRequest, TransactionalId};
+use kafka_protocol::messages::{
+    DescribeTransactionsRequest, DescribeTransactionsResponse, TransactionalId,
+};
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::client::{Broker, KafkaClient, StaleReason, lock};
+use super::client::KafkaClient;
+use super::config::Broker;
 use super::coordinator::Named;
 use super::error::{KafkaError, TRANSACTIONAL_ID_NOT_FOUND};
+use super::observe::StaleReason;
 use super::retry::Retry;
+use super::state::{DescribeReply, Described, Lesson, TransactionDescription};
 use crate::coordination::FencingToken;
 
 /// The longest time from sending a describe to receiving its confirmation.
 /// Well below Kafka's `broker.heartbeat.interval.ms` (2 s), the least time
 /// a deposed broker needs to get unfenced and lead again.
 pub const CONFIRM_WINDOW: Duration = Duration::from_millis(1500);
-
-/// What the transaction coordinator reports for one transactional id.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TransactionDescription {
-    /// Kafka's state name: Empty, Ongoing, PrepareCommit, PrepareAbort,
-    /// CompleteCommit, CompleteAbort, PrepareEpochFence (or Dead).
-    pub state: String,
-    /// The current producer id.
-    pub producer_id: i64,
-    /// The current producer epoch.
-    pub producer_epoch: i16,
-    /// The transaction timeout the holder asked for (its lease duration).
-    pub timeout_ms: i32,
-    /// When the open transaction started, or -1.
-    pub start_time_ms: i64,
-}
-
-impl TransactionDescription {
-    /// The current token, or `None` when the pair is not a minted one.
-    pub fn token(&self) -> Option<FencingToken> {
-        FencingToken::new(self.producer_id, self.producer_epoch).ok()
-    }
-}
-
-/// The answer for one id: `Ok(None)` when no member holds the role (105).
-pub type Described = Result<Option<TransactionDescription>, KafkaError>;
-
-type Reply = oneshot::Sender<Described>;
-
-#[derive(Debug, Default)]
-struct Queue {
-    waiting: Vec<(String, Reply)>,
-    busy: bool,
-}
-
-/// The waiting describes, per coordinator.
-#[derive(Debug, Default)]
-pub(crate) struct DescribeQueues {
-    queues: Mutex<HashMap<Broker, Queue>>,
-}
 
 impl KafkaClient {
     /// Describes one transactional id within the operation timeout.
@@ -205,8 +170,10 @@ impl KafkaClient {
                     if let Some(observer) = self.observer() {
                         observer.stale_answer(StaleReason::BelowHighWater);
                     }
-                    self.core.coordinators.forget(id);
-                    self.core.coordinators.suspect(&broker.addr);
+                    self.state().learn(Lesson::BelowHighWater {
+                        key: id,
+                        addr: &broker.addr,
+                    });
                     failed.insert(
                         id.clone(),
                         KafkaError::Stale {
@@ -239,13 +206,7 @@ impl KafkaClient {
             tokio::spawn(async move { client.describe_batch(&coordinator, batch).await });
             return rx;
         }
-        let start = {
-            let mut queues = lock(&self.core.describes.queues);
-            let queue = queues.entry(coordinator.clone()).or_default();
-            queue.waiting.push((id.to_owned(), tx));
-            !std::mem::replace(&mut queue.busy, true)
-        };
-        if start {
+        if self.state().describes().enqueue(coordinator, id, tx) {
             tokio::spawn(self.clone().flush(coordinator.clone()));
         }
         rx
@@ -256,25 +217,14 @@ impl KafkaClient {
     /// the others' request.
     async fn flush(self, coordinator: Broker) {
         let max = self.config().max_describe_batch.max(1);
-        loop {
-            let batch = {
-                let mut queues = lock(&self.core.describes.queues);
-                let Some(queue) = queues.get_mut(&coordinator) else {
-                    return;
-                };
-                if queue.waiting.is_empty() {
-                    queues.remove(&coordinator);
-                    return;
-                }
-                take_batch(&mut queue.waiting, max)
-            };
+        while let Some(batch) = self.state().describes().next_batch(&coordinator, max) {
             self.describe_batch(&coordinator, batch).await;
         }
     }
 
     /// One DescribeTransactions to `coordinator`, confirmed by another
     /// broker, answered to every waiter.
-    async fn describe_batch(&self, coordinator: &Broker, batch: Vec<(String, Reply)>) {
+    async fn describe_batch(&self, coordinator: &Broker, batch: Vec<(String, DescribeReply)>) {
         let mut ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
         ids.sort_unstable();
         ids.dedup();
@@ -293,6 +243,9 @@ impl KafkaClient {
         }
     }
 
+    /// The answers of `coordinator` for `ids`, each kept only when another
+    /// broker confirms it (see the module docs); the others become
+    /// retriable errors.
     async fn describe_confirmed(
         &self,
         coordinator: &Broker,
@@ -304,22 +257,55 @@ impl KafkaClient {
         if let Some(observer) = self.observer() {
             observer.describe_batch(ids.len());
         }
-        let request = DescribeTransactionsRequest::default().with_transactional_ids(
-            ids.iter()
-                .map(|id| TransactionalId(StrBytes::from_string(id.clone())))
-                .collect(),
-        );
+        let request = build_describe(ids);
         let sent = Instant::now();
-        let (described, confirmed) = tokio::join!(
+        let (described, confirmation) = tokio::join!(
             self.call_on(&conn, &request, self.config().request_timeout),
             async {
                 let confirmed = self.confirm_coordinators(ids, coordinator).await;
-                (confirmed, sent.elapsed())
+                Confirmation::of(confirmed, sent.elapsed())
             }
         );
-        let mut answers: HashMap<String, Described> = HashMap::with_capacity(ids.len());
-        for state in described?.transaction_states {
-            let id = state.transactional_id.0.to_string();
+        let mut answers = parse_describe(described?);
+        let addr = coordinator.addr.as_str();
+        for error in answers.values().filter_map(|a| a.as_ref().err()) {
+            self.state().learn(Lesson::DescribeFailed { addr, error });
+        }
+        for (id, named) in confirm(&mut answers, addr, &confirmation) {
+            tracing::warn!(
+                id = %id,
+                broker = %addr,
+                coordinator = %named.addr,
+                "a broker answered as the coordinator of an id that another broker says has moved; asking the new coordinator"
+            );
+            if let Some(observer) = self.observer() {
+                observer.stale_answer(StaleReason::Unconfirmed);
+            }
+        }
+        // Answered and confirmed in full: the broker is a coordinator again.
+        if answers.values().all(Result::is_ok) {
+            self.state().learn(Lesson::Confirmed { addr });
+        }
+        Ok(answers)
+    }
+}
+
+/// A DescribeTransactions of `ids`.
+fn build_describe(ids: &[String]) -> DescribeTransactionsRequest {
+    DescribeTransactionsRequest::default().with_transactional_ids(
+        ids.iter()
+            .map(|id| TransactionalId(StrBytes::from_string(id.clone())))
+            .collect(),
+    )
+}
+
+/// Per id, what a DescribeTransactions answer says: its pair, nobody
+/// (TRANSACTIONAL_ID_NOT_FOUND), or the error code.
+fn parse_describe(response: DescribeTransactionsResponse) -> HashMap<String, Described> {
+    response
+        .transaction_states
+        .into_iter()
+        .map(|state| {
             let answer = match state.error_code {
                 0 => Ok(Some(TransactionDescription {
                     state: state.transaction_state.to_string(),
@@ -329,124 +315,183 @@ impl KafkaClient {
                     start_time_ms: state.transaction_start_time_ms,
                 })),
                 TRANSACTIONAL_ID_NOT_FOUND => Ok(None),
-                code => {
-                    // The id moved (or its partition is not led here yet):
-                    // every id of this broker is looked up again, in one
-                    // batch per backoff, not one lookup per id.
-                    if matches!(code, 15 | 16) {
-                        self.core.coordinators.suspect(&coordinator.addr);
-                    }
-                    Err(KafkaError::broker("DescribeTransactions", code, None))
-                }
+                code => Err(KafkaError::broker("DescribeTransactions", code, None)),
             };
-            answers.insert(id, answer);
-        }
-        let (confirmed, took) = confirmed;
-        let all_good = answers.values().all(Result::is_ok);
-        let confirmed = match confirmed {
-            None => {
-                if all_good {
-                    self.core.coordinators.trust(&coordinator.addr);
-                }
-                return Ok(answers);
-            }
-            Some(Ok(_)) if took > CONFIRM_WINDOW => Err(format!(
+            (state.transactional_id.0.to_string(), answer)
+        })
+        .collect()
+}
+
+/// What another broker said of a batch's coordinator.
+#[derive(Debug)]
+enum Confirmation {
+    /// The cluster never had a second broker: nothing can have moved.
+    NotNeeded,
+    /// Its answer, in time.
+    Named(HashMap<String, Named>),
+    /// No answer to go by, and why.
+    Failed(String),
+}
+
+impl Confirmation {
+    /// The confirmation `result`, which arrived `took` after the describe
+    /// was sent.
+    fn of(
+        result: Option<Result<HashMap<String, Named>, KafkaError>>,
+        took: Duration,
+    ) -> Confirmation {
+        match result {
+            None => Confirmation::NotNeeded,
+            Some(Ok(_)) if took > CONFIRM_WINDOW => Confirmation::Failed(format!(
                 "the confirmation took {} ms, over the {} ms window",
                 took.as_millis(),
                 CONFIRM_WINDOW.as_millis()
             )),
-            Some(Ok(confirmed)) => Ok(confirmed),
-            Some(Err(e)) => Err(format!("no other broker confirmed it: {e}")),
-        };
-        for (id, answer) in &mut answers {
-            if answer.is_err() {
-                continue;
-            }
-            let reason = match &confirmed {
-                Err(why) => why.clone(),
-                Ok(confirmed) => match confirmed.get(id) {
-                    Some(Named::Same) => continue,
-                    Some(Named::Other(named)) => {
-                        tracing::warn!(
-                            id = %id,
-                            broker = %coordinator.addr,
-                            coordinator = %named.addr,
-                            "a broker answered as the coordinator of an id that another broker says has moved; asking the new coordinator"
-                        );
-                        if let Some(observer) = self.observer() {
-                            observer.stale_answer(StaleReason::Unconfirmed);
-                        }
-                        format!("another broker names {} as its coordinator", named.addr)
-                    }
-                    Some(Named::Failed(e)) => format!("the confirmation failed: {e}"),
-                    None => "the confirmation answered nothing for it".to_owned(),
-                },
-            };
-            *answer = Err(KafkaError::Stale {
-                addr: coordinator.addr.clone(),
-                reason: format!("the answer for {id:?} is not confirmed: {reason}"),
-            });
+            Some(Ok(named)) => Confirmation::Named(named),
+            Some(Err(e)) => Confirmation::Failed(format!("no other broker confirmed it: {e}")),
         }
-        // Answered and confirmed in full: the broker is a coordinator again.
-        if all_good && answers.values().all(Result::is_ok) {
-            self.core.coordinators.trust(&coordinator.addr);
-        }
-        Ok(answers)
     }
 }
 
-/// Takes waiters from the front until `max` distinct ids are taken; the
-/// waiters of one id go together (later ones too, past the cut).
-fn take_batch(waiting: &mut Vec<(String, Reply)>, max: usize) -> Vec<(String, Reply)> {
-    let mut ids: HashSet<&str> = HashSet::new();
-    let mut cut = waiting.len();
-    for (i, (id, _)) in waiting.iter().enumerate() {
-        if !ids.contains(id.as_str()) {
-            if ids.len() == max {
-                cut = i;
-                break;
-            }
-            ids.insert(id);
+/// Keeps the answers of the coordinator at `addr` that `confirmation`
+/// backs; every other answer becomes a retriable [`KafkaError::Stale`].
+/// Returns the ids another broker names a different coordinator for.
+fn confirm(
+    answers: &mut HashMap<String, Described>,
+    addr: &str,
+    confirmation: &Confirmation,
+) -> Vec<(String, Broker)> {
+    let mut moved = Vec::new();
+    let named = match confirmation {
+        Confirmation::NotNeeded => return moved,
+        Confirmation::Named(named) => Ok(named),
+        Confirmation::Failed(why) => Err(why),
+    };
+    for (id, answer) in answers.iter_mut() {
+        if answer.is_err() {
+            continue;
         }
+        let reason = match named {
+            Err(why) => why.clone(),
+            Ok(named) => match named.get(id) {
+                Some(Named::Same) => continue,
+                Some(Named::Other(broker)) => {
+                    moved.push((id.clone(), broker.clone()));
+                    format!("another broker names {} as its coordinator", broker.addr)
+                }
+                Some(Named::Failed(e)) => format!("the confirmation failed: {e}"),
+                None => "the confirmation answered nothing for it".to_owned(),
+            },
+        };
+        *answer = Err(KafkaError::Stale {
+            addr: addr.to_owned(),
+            reason: format!("the answer for {id:?} is not confirmed: {reason}"),
+        });
     }
-    if cut == waiting.len() {
-        return std::mem::take(waiting);
-    }
-    let taken: HashSet<String> = ids.into_iter().map(str::to_owned).collect();
-    let rest = waiting.split_off(cut);
-    let mut batch = std::mem::take(waiting);
-    for item in rest {
-        if taken.contains(&item.0) {
-            batch.push(item);
-        } else {
-            waiting.push(item);
-        }
-    }
-    batch
+    moved
 }
 
 #[cfg(test)]
 mod tests {
+    use kafka_protocol::messages::ProducerId;
+    use kafka_protocol::messages::describe_transactions_response::TransactionState;
+
     use super::*;
 
-    fn waiters(ids: &[&str]) -> Vec<(String, Reply)> {
-        ids.iter()
-            .map(|r| ((*r).to_owned(), oneshot::channel().0))
-            .collect()
+    fn pair(id: &str, code: i16) -> TransactionState {
+        TransactionState::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_string(id.to_owned())))
+            .with_error_code(code)
+            .with_transaction_state(StrBytes::from_static_str("Ongoing"))
+            .with_producer_id(ProducerId(7))
+            .with_producer_epoch(3)
+            .with_transaction_timeout_ms(10_000)
+            .with_transaction_start_time_ms(42)
     }
 
-    fn names(v: &[(String, Reply)]) -> Vec<&str> {
-        v.iter().map(|(r, _)| r.as_str()).collect()
+    fn described(ids: &[&str]) -> HashMap<String, Described> {
+        parse_describe(
+            DescribeTransactionsResponse::default()
+                .with_transaction_states(ids.iter().map(|id| pair(id, 0)).collect()),
+        )
+    }
+
+    fn broker(id: i32) -> Broker {
+        Broker {
+            id,
+            addr: format!("b:{id}"),
+        }
     }
 
     #[test]
-    fn a_batch_takes_distinct_ids_up_to_the_limit_and_keeps_the_rest_in_order() {
-        let mut queue = waiters(&["a", "b", "a", "c", "d", "b", "e"]);
-        let batch = take_batch(&mut queue, 2);
-        assert_eq!(names(&batch), ["a", "b", "a", "b"]);
-        assert_eq!(names(&queue), ["c", "d", "e"]);
-        let batch = take_batch(&mut queue, 5);
-        assert_eq!(names(&batch), ["c", "d", "e"]);
-        assert!(queue.is_empty());
+    fn a_describe_asks_for_every_id() {
+        let ids = ["a".to_owned(), "b".to_owned()];
+        let asked: Vec<String> = build_describe(&ids)
+            .transactional_ids
+            .iter()
+            .map(|id| id.0.to_string())
+            .collect();
+        assert_eq!(asked, ids);
+    }
+
+    #[test]
+    fn an_answer_is_a_pair_nobody_or_the_error() {
+        let answers = parse_describe(
+            DescribeTransactionsResponse::default().with_transaction_states(vec![
+                pair("held", 0),
+                pair("free", TRANSACTIONAL_ID_NOT_FOUND),
+                pair("moved", 16),
+            ]),
+        );
+        let held = answers["held"].as_ref().unwrap().as_ref().unwrap();
+        assert_eq!(
+            (held.state.as_str(), held.producer_id, held.producer_epoch),
+            ("Ongoing", 7, 3)
+        );
+        assert_eq!((held.timeout_ms, held.start_time_ms), (10_000, 42));
+        assert_eq!(answers["free"], Ok(None));
+        assert_eq!(answers["moved"].as_ref().unwrap_err().code(), Some(16));
+    }
+
+    #[test]
+    fn only_answers_another_broker_confirms_are_kept() {
+        let mut answers = described(&["same", "moved", "failed", "missing"]);
+        let named = HashMap::from([
+            ("same".to_owned(), Named::Same),
+            ("moved".to_owned(), Named::Other(broker(2))),
+            (
+                "failed".to_owned(),
+                Named::Failed(KafkaError::broker("FindCoordinator", 15, None)),
+            ),
+        ]);
+        let moved = confirm(&mut answers, "b:1", &Confirmation::Named(named));
+        assert_eq!(moved, [("moved".to_owned(), broker(2))]);
+        assert!(answers["same"].is_ok());
+        for id in ["moved", "failed", "missing"] {
+            let error = answers[id].as_ref().unwrap_err();
+            assert!(
+                matches!(error, KafkaError::Stale { addr, .. } if addr == "b:1"),
+                "{id}: {error}"
+            );
+            assert!(error.is_retriable(), "{id}: asked again");
+        }
+    }
+
+    #[test]
+    fn no_confirmation_in_time_keeps_no_answer_and_one_broker_needs_none() {
+        let confirmed = Some(Ok(HashMap::from([("a".to_owned(), Named::Same)])));
+        let late = Confirmation::of(confirmed, CONFIRM_WINDOW + Duration::from_millis(1));
+        let failed = Confirmation::of(Some(Err(KafkaError::Invalid("x".into()))), Duration::ZERO);
+        for confirmation in [late, failed] {
+            let mut answers = described(&["a"]);
+            confirm(&mut answers, "b:1", &confirmation);
+            assert!(
+                matches!(answers["a"], Err(KafkaError::Stale { .. })),
+                "{confirmation:?}"
+            );
+        }
+        let mut answers = described(&["a"]);
+        confirm(&mut answers, "b:1", &Confirmation::of(None, Duration::MAX));
+        assert!(answers["a"].is_ok(), "a single-broker cluster");
     }
 }

@@ -17,8 +17,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use tokio::time::Instant;
 
-use super::client::{Broker, ClientConfig, KafkaClient};
+use super::client::KafkaClient;
+use super::config::{Broker, ClientConfig};
+use super::error::KafkaError;
 use super::fake::{FakeBroker, answer, metadata, request};
+use super::state::Lesson;
 
 fn client(bootstrap: &[&str]) -> KafkaClient {
     let mut config = ClientConfig::new(bootstrap.iter().copied());
@@ -207,9 +210,14 @@ async fn the_ids_of_a_failed_coordinator_are_looked_up_once_per_backoff() {
     let keys: Vec<String> = (0..20).map(|i| format!("role-{i}")).collect();
     client.coordinators(&keys).await;
     assert_eq!(lookups.load(Ordering::SeqCst), 1);
-    // The coordinator's broker fails (as a timed-out request would report):
-    // every caller of every one of its ids, every 10 ms for 1.5 s.
-    client.core.coordinators.suspect(&broker.addr);
+    // The coordinator's broker says it no longer coordinates them (and
+    // keeps naming itself): every caller of every one of its ids, every
+    // 10 ms for 1.5 s.
+    let unavailable = KafkaError::broker("DescribeTransactions", 15, None);
+    client.state().learn(Lesson::DescribeFailed {
+        addr: &broker.addr,
+        error: &unavailable,
+    });
     let started = Instant::now();
     while started.elapsed() < Duration::from_millis(1500) {
         for key in &keys {
@@ -240,11 +248,11 @@ async fn a_broker_that_accepts_and_never_answers_backs_off_longer_each_time() {
     let client = KafkaClient::new(config).unwrap();
     let mut blocks = Vec::new();
     for _ in 0..5 {
-        while let Some(left) = client.core.nodes.blocked_for(&addr) {
-            tokio::time::sleep(left).await;
+        while let Some(blocked) = client.state().nodes().blocked(&addr) {
+            tokio::time::sleep(blocked.left).await;
         }
         assert!(client.connection(&addr).await.is_err());
-        blocks.push(client.core.nodes.blocked_for(&addr).unwrap());
+        blocks.push(client.state().nodes().blocked(&addr).unwrap().left);
     }
     held.abort();
     // 50, 100, 200, 400, 800 ms, each within 20 %.
@@ -269,7 +277,11 @@ async fn not_coordinator_looks_every_id_of_the_broker_up_again_in_one_batch() {
     let keys: Vec<String> = (0..50).map(|i| format!("role-{i}")).collect();
     client.coordinators(&keys).await;
     // The coordinator moved: a describe answered NOT_COORDINATOR for one id.
-    client.core.coordinators.suspect(&broker.addr);
+    let moved = KafkaError::broker("DescribeTransactions", 16, None);
+    client.state().learn(Lesson::DescribeFailed {
+        addr: &broker.addr,
+        error: &moved,
+    });
     let before = broker.requests(ApiKey::FindCoordinator).len();
     client.coordinators(&keys[..1]).await;
     let sent = broker.requests(ApiKey::FindCoordinator);
@@ -341,9 +353,112 @@ async fn an_answer_another_broker_does_not_confirm_is_never_used() {
         id: 0,
         addr: brokers[0].addr.clone(),
     };
-    client.core.coordinators.learn("r", paused);
+    client.state().learn(Lesson::CoordinatorFound {
+        key: "r",
+        broker: &paused,
+    });
     let answer = client.describe_transaction("r").await.unwrap().unwrap();
     assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
     assert_eq!(brokers[0].requests(ApiKey::DescribeTransactions).len(), 1);
     assert_eq!(brokers[1].requests(ApiKey::DescribeTransactions).len(), 1);
+}
+
+/// An address nothing listens on.
+fn closed_port() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn a_refused_connection_says_so_even_while_its_broker_backs_off() {
+    let addr = closed_port();
+    let mut config = ClientConfig::new([addr.as_str()]);
+    config.operation_timeout = Duration::from_millis(300);
+    config.reconnect_backoff = Duration::from_secs(5);
+    config.reconnect_backoff_max = Duration::from_secs(5);
+    let client = KafkaClient::new(config).unwrap();
+    let first = client.connection(&addr).await.unwrap_err().to_string();
+    assert!(first.contains("refused"), "{first}");
+    let second = client.connection(&addr).await.unwrap_err().to_string();
+    assert!(
+        second.contains("refused") && second.contains("next try in"),
+        "within the backoff: {second}"
+    );
+    // What /readyz shows ("Kafka: <this>") after an operation gave up.
+    let probe = crate::cluster::Cluster::partitions(&client, "t")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        probe.contains("gave up") && probe.contains(&addr) && probe.contains("refused"),
+        "{probe}"
+    );
+}
+
+/// The log lines written while it lives, on this thread.
+struct Logs {
+    buffer: Arc<std::sync::Mutex<Vec<u8>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Sink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn capture() -> Logs {
+        let buffer: Arc<std::sync::Mutex<Vec<u8>>> = Arc::default();
+        let sink = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || Sink(sink.clone()))
+            .finish();
+        Logs {
+            buffer,
+            _guard: tracing::subscriber::set_default(subscriber),
+        }
+    }
+
+    /// The lines at `level` that mention `needle`.
+    fn lines(&self, level: &str, needle: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.buffer.lock().unwrap())
+            .lines()
+            .filter(|l| l.contains(level) && l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn the_first_failure_per_address_is_a_warning_with_its_reason_and_repeats_are_debug() {
+    let logs = Logs::capture();
+    let addrs = [closed_port(), closed_port()];
+    let mut config = ClientConfig::new(addrs.iter().map(String::as_str));
+    config.reconnect_backoff = Duration::from_millis(1);
+    config.reconnect_backoff_max = Duration::from_millis(1);
+    let client = KafkaClient::new(config).unwrap();
+    for _ in 0..4 {
+        for addr in &addrs {
+            while let Some(blocked) = client.state().nodes().blocked(addr) {
+                tokio::time::sleep(blocked.left).await;
+            }
+            assert!(client.connection(addr).await.is_err());
+        }
+    }
+    for addr in &addrs {
+        let warnings = logs.lines("WARN", addr);
+        assert_eq!(warnings.len(), 1, "{warnings:#?}");
+        assert!(warnings[0].contains("refused"), "{}", warnings[0]);
+        assert_eq!(logs.lines("DEBUG", &format!("addr=\"{addr}\"")).len(), 3);
+    }
 }

@@ -14,15 +14,18 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use kafka_protocol::messages::{
-    BrokerId, FetchRequest, ListOffsetsRequest, TopicName,
+    BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, TopicName,
     fetch_request::{FetchPartition, FetchTopic},
+    fetch_response::PartitionData,
     list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic},
 };
 use kafka_protocol::protocol::StrBytes;
 
 use super::batch::visible_records;
-use super::client::{Broker, KafkaClient};
+use super::client::KafkaClient;
+use super::config::Broker;
 use super::error::KafkaError;
+use super::state::Lesson;
 use crate::coordination::LogRecord;
 
 const READ_COMMITTED: i8 = 1;
@@ -121,6 +124,9 @@ impl Cursor {
     }
 }
 
+/// Per partition of one fetch, what it brought or its error.
+pub(crate) type Chunks = Vec<(i32, Result<FetchChunk, KafkaError>)>;
+
 /// One partition of a fetch: where to read and under which leader epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FetchPosition {
@@ -130,6 +136,145 @@ pub struct FetchPosition {
     pub offset: i64,
     /// The leader epoch from metadata, or -1.
     pub leader_epoch: i32,
+}
+
+/// A read_committed ListOffsets of one partition under its leader epoch.
+fn build_list_offsets(
+    topic: &str,
+    partition: i32,
+    leader_epoch: i32,
+    timestamp: i64,
+) -> ListOffsetsRequest {
+    ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_isolation_level(READ_COMMITTED)
+        .with_topics(vec![
+            ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_partitions(vec![
+                    ListOffsetsPartition::default()
+                        .with_partition_index(partition)
+                        .with_current_leader_epoch(leader_epoch)
+                        .with_timestamp(timestamp),
+                ]),
+        ])
+}
+
+/// The offset a ListOffsets answer gives for `topic`-`partition` (asked of
+/// `addr`), or its error.
+fn parse_list_offsets(
+    response: &ListOffsetsResponse,
+    addr: &str,
+    topic: &str,
+    partition: i32,
+) -> Result<i64, KafkaError> {
+    let p = response
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .find(|p| p.partition_index == partition)
+        .ok_or_else(|| KafkaError::Protocol {
+            addr: addr.to_owned(),
+            reason: format!("ListOffsets answered nothing for {topic}-{partition}"),
+        })?;
+    match p.error_code {
+        0 => Ok(p.offset),
+        code => Err(KafkaError::broker("ListOffsets", code, None)),
+    }
+}
+
+/// A read_committed Fetch of `positions` of `topic`, waiting up to
+/// `max_wait` for new data. No fetch session: every fetch names its
+/// partitions, each with the leader epoch it expects.
+fn build_fetch(topic: &str, positions: &[FetchPosition], max_wait: Duration) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(i32::try_from(max_wait.as_millis()).unwrap_or(i32::MAX))
+        .with_min_bytes(1)
+        .with_max_bytes(PARTITION_MAX_BYTES.saturating_mul(positions.len().min(16) as i32))
+        .with_isolation_level(READ_COMMITTED)
+        .with_session_id(0)
+        .with_session_epoch(-1)
+        .with_topics(vec![
+            FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_partitions(
+                    positions
+                        .iter()
+                        .map(|p| {
+                            FetchPartition::default()
+                                .with_partition(p.partition)
+                                .with_current_leader_epoch(p.leader_epoch)
+                                .with_fetch_offset(p.offset)
+                                .with_last_fetched_epoch(-1)
+                                .with_log_start_offset(-1)
+                                .with_partition_max_bytes(PARTITION_MAX_BYTES)
+                        })
+                        .collect(),
+                ),
+        ])
+}
+
+/// Per position, the committed records a Fetch answer (from `addr`) holds
+/// at or above its offset, or the partition's error. The outer error is
+/// the request's as a whole.
+fn parse_fetch(
+    response: FetchResponse,
+    addr: &str,
+    topic: &str,
+    positions: &[FetchPosition],
+) -> Result<Chunks, KafkaError> {
+    if response.error_code != 0 {
+        return Err(KafkaError::broker("Fetch", response.error_code, None));
+    }
+    let mut data: HashMap<i32, PartitionData> = response
+        .responses
+        .into_iter()
+        .flat_map(|t| t.partitions)
+        .map(|p| (p.partition_index, p))
+        .collect();
+    Ok(positions
+        .iter()
+        .map(|position| {
+            let partition = position.partition;
+            let protocol = |reason: String| KafkaError::Protocol {
+                addr: addr.to_owned(),
+                reason,
+            };
+            let chunk = match data.remove(&partition) {
+                None => Err(protocol(format!(
+                    "Fetch answered nothing for {topic}-{partition}"
+                ))),
+                Some(data) if data.error_code != 0 => {
+                    Err(KafkaError::broker("Fetch", data.error_code, None))
+                }
+                Some(data) => chunk_of(data, position.offset)
+                    .map_err(|reason| protocol(format!("{topic}-{partition}: {reason}"))),
+            };
+            (partition, chunk)
+        })
+        .collect())
+}
+
+/// The visible part of one partition's fetched data, read from `offset`.
+fn chunk_of(data: PartitionData, offset: i64) -> Result<FetchChunk, String> {
+    let aborted: Vec<(i64, i64)> = data
+        .aborted_transactions
+        .unwrap_or_default()
+        .iter()
+        .map(|a| (a.producer_id.0, a.first_offset))
+        .collect();
+    let visible = match &data.records {
+        Some(bytes) => visible_records(bytes, &aborted, offset)?,
+        None => Default::default(),
+    };
+    Ok(FetchChunk {
+        records: visible.records,
+        next_offset: visible.next_offset,
+        last_stable_offset: data.last_stable_offset,
+        high_watermark: data.high_watermark,
+        log_start_offset: data.log_start_offset,
+    })
 }
 
 impl KafkaClient {
@@ -169,37 +314,13 @@ impl KafkaClient {
     ) -> Result<i64, KafkaError> {
         self.retrying("list offsets", || async move {
             let leader = self.leader(topic, partition).await?;
-            let request = ListOffsetsRequest::default()
-                .with_replica_id(BrokerId(-1))
-                .with_isolation_level(READ_COMMITTED)
-                .with_topics(vec![
-                    ListOffsetsTopic::default()
-                        .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-                        .with_partitions(vec![
-                            ListOffsetsPartition::default()
-                                .with_partition_index(partition)
-                                .with_current_leader_epoch(leader.epoch)
-                                .with_timestamp(timestamp),
-                        ]),
-                ]);
+            let request = build_list_offsets(topic, partition, leader.epoch, timestamp);
             let response = self.send_to(&leader.broker.addr, &request).await?;
-            let p = response
-                .topics
-                .iter()
-                .flat_map(|t| t.partitions.iter())
-                .find(|p| p.partition_index == partition)
-                .ok_or_else(|| KafkaError::Protocol {
-                    addr: leader.broker.addr.clone(),
-                    reason: format!("ListOffsets answered nothing for {topic}-{partition}"),
-                })?;
-            if p.error_code != 0 {
-                let err = KafkaError::broker("ListOffsets", p.error_code, None);
-                if err.needs_metadata_refresh() {
-                    self.invalidate_topic(topic);
-                }
-                return Err(err);
+            let offset = parse_list_offsets(&response, &leader.broker.addr, topic, partition);
+            if let Err(error) = &offset {
+                self.state().learn(Lesson::PartitionError { topic, error });
             }
-            Ok(p.offset)
+            offset
         })
         .await
     }
@@ -215,94 +336,17 @@ impl KafkaClient {
         topic: &str,
         positions: &[FetchPosition],
         max_wait: Duration,
-    ) -> Result<Vec<(i32, Result<FetchChunk, KafkaError>)>, KafkaError> {
-        let request = FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(i32::try_from(max_wait.as_millis()).unwrap_or(i32::MAX))
-            .with_min_bytes(1)
-            .with_max_bytes(PARTITION_MAX_BYTES.saturating_mul(positions.len().min(16) as i32))
-            .with_isolation_level(READ_COMMITTED)
-            .with_session_id(0)
-            .with_session_epoch(-1)
-            .with_topics(vec![
-                FetchTopic::default()
-                    .with_topic(TopicName(StrBytes::from_string(topic.to_owned())))
-                    .with_partitions(
-                        positions
-                            .iter()
-                            .map(|p| {
-                                FetchPartition::default()
-                                    .with_partition(p.partition)
-                                    .with_current_leader_epoch(p.leader_epoch)
-                                    .with_fetch_offset(p.offset)
-                                    .with_last_fetched_epoch(-1)
-                                    .with_log_start_offset(-1)
-                                    .with_partition_max_bytes(PARTITION_MAX_BYTES)
-                            })
-                            .collect(),
-                    ),
-            ]);
+    ) -> Result<Chunks, KafkaError> {
+        let request = build_fetch(topic, positions, max_wait);
         let timeout = self.config().request_timeout + max_wait;
         let response = self.send_to_within(&leader.addr, &request, timeout).await?;
-        if response.error_code != 0 {
-            return Err(KafkaError::broker("Fetch", response.error_code, None));
-        }
-        let mut data: HashMap<i32, _> = response
-            .responses
-            .into_iter()
-            .flat_map(|t| t.partitions)
-            .map(|p| (p.partition_index, p))
-            .collect();
-        let mut out = Vec::with_capacity(positions.len());
-        for position in positions {
-            let partition = position.partition;
-            let Some(data) = data.remove(&partition) else {
-                out.push((
-                    partition,
-                    Err(KafkaError::Protocol {
-                        addr: leader.addr.clone(),
-                        reason: format!("Fetch answered nothing for {topic}-{partition}"),
-                    }),
-                ));
-                continue;
-            };
-            if data.error_code != 0 {
-                let err = KafkaError::broker("Fetch", data.error_code, None);
-                if err.needs_metadata_refresh() {
-                    self.invalidate_topic(topic);
-                }
-                out.push((partition, Err(err)));
-                continue;
+        let chunks = parse_fetch(response, &leader.addr, topic, positions)?;
+        for (_, chunk) in &chunks {
+            if let Err(error) = chunk {
+                self.state().learn(Lesson::PartitionError { topic, error });
             }
-            let aborted: Vec<(i64, i64)> = data
-                .aborted_transactions
-                .unwrap_or_default()
-                .iter()
-                .map(|a| (a.producer_id.0, a.first_offset))
-                .collect();
-            let visible = match &data.records {
-                Some(bytes) => {
-                    visible_records(bytes, &aborted, position.offset).map_err(|reason| {
-                        KafkaError::Protocol {
-                            addr: leader.addr.clone(),
-                            reason: format!("{topic}-{partition}: {reason}"),
-                        }
-                    })
-                }
-                None => Ok(Default::default()),
-            };
-            out.push((
-                partition,
-                visible.map(|visible| FetchChunk {
-                    records: visible.records,
-                    next_offset: visible.next_offset,
-                    last_stable_offset: data.last_stable_offset,
-                    high_watermark: data.high_watermark,
-                    log_start_offset: data.log_start_offset,
-                }),
-            ));
         }
-        Ok(out)
+        Ok(chunks)
     }
 
     /// One read_committed fetch of one partition from its leader, no wait.
@@ -414,6 +458,69 @@ mod tests {
         c.advance(&chunk(Some(4), 10));
         c.advance(&chunk(None, 10));
         assert_eq!(c.next_offset(), 4, "a batch in between resets the count");
+    }
+
+    fn position(partition: i32, offset: i64) -> FetchPosition {
+        FetchPosition {
+            partition,
+            offset,
+            leader_epoch: 6,
+        }
+    }
+
+    #[test]
+    fn a_fetch_reads_committed_under_the_leader_epoch_from_each_offset() {
+        let request = build_fetch(
+            "t",
+            &[position(0, 5), position(3, 9)],
+            Duration::from_secs(2),
+        );
+        assert_eq!(
+            (request.isolation_level, request.max_wait_ms),
+            (READ_COMMITTED, 2000)
+        );
+        let asked: Vec<(i32, i64, i32)> = request.topics[0]
+            .partitions
+            .iter()
+            .map(|p| (p.partition, p.fetch_offset, p.current_leader_epoch))
+            .collect();
+        assert_eq!(asked, [(0, 5, 6), (3, 9, 6)]);
+        let list = build_list_offsets("t", 2, 6, LATEST);
+        let p = &list.topics[0].partitions[0];
+        assert_eq!(list.isolation_level, READ_COMMITTED);
+        assert_eq!(
+            (p.partition_index, p.current_leader_epoch, p.timestamp),
+            (2, 6, LATEST)
+        );
+    }
+
+    #[test]
+    fn every_position_gets_its_chunk_or_its_error() {
+        use kafka_protocol::messages::fetch_response::FetchableTopicResponse;
+        let data = |index: i32, code: i16| {
+            PartitionData::default()
+                .with_partition_index(index)
+                .with_error_code(code)
+                .with_last_stable_offset(12)
+                .with_high_watermark(14)
+        };
+        let response = FetchResponse::default().with_responses(vec![
+            FetchableTopicResponse::default().with_partitions(vec![data(0, 0), data(1, 74)]),
+        ]);
+        let positions = [position(0, 5), position(1, 5), position(2, 5)];
+        let chunks = parse_fetch(response, "b:1", "t", &positions).unwrap();
+        let chunk = chunks[0].1.as_ref().unwrap();
+        assert_eq!((chunk.last_stable_offset, chunk.high_watermark), (12, 14));
+        assert!(chunk.records.is_empty() && chunk.next_offset.is_none());
+        assert_eq!(chunks[1].1.as_ref().unwrap_err().code(), Some(74));
+        assert!(matches!(chunks[2].1, Err(KafkaError::Protocol { .. })));
+        let failed = FetchResponse::default().with_error_code(58);
+        assert_eq!(
+            parse_fetch(failed, "b:1", "t", &positions)
+                .unwrap_err()
+                .code(),
+            Some(58)
+        );
     }
 
     #[test]

@@ -3,11 +3,40 @@
 //! coordinator routing, retries) and [`KafkaTransport`].
 //!
 //! Every Kafka struct stays inside this module.
+//!
+//! # Layout
+//!
+//! State and operations are apart. `state/` holds what the client knows of
+//! the cluster (brokers' failures, metadata, coordinators, waiting
+//! describes), each table with one owner, and `ClusterState::learn`, the one
+//! place that decides what an outcome teaches (suspect, refresh, forget).
+//! Each operation builds its request and parses the answer with pure
+//! `build_*`/`parse_*` functions, sends it through [`KafkaClient`], and
+//! hands the outcome to the state. Imports go one way (`a ─► b`: `a` imports
+//! `b`); a test below keeps it so:
+//!
+//! ```text
+//!  settings ─► transport ─► txn ─► produce           (the seams)
+//!                  └──────► topic
+//!  tail ─► fetch ─► batch      describe ─► coordinator, retry
+//!  metadata    cluster                                 (the operations)
+//!      │ every operation
+//!      ▼
+//!  client ─► connection, security, versions            (connections, routing)
+//!      │
+//!      ▼
+//!  state/: mod ─► nodes, view, coordinators, describes (what is known)
+//!      │
+//!      ▼
+//!  config ─► security ─► connection ─► versions
+//!      └───► observe
+//!  error: every file; crate::backoff, crate::sync, crate::bounded below all
+//! ```
 
-mod backoff;
 mod batch;
 mod client;
 mod cluster;
+mod config;
 mod connection;
 mod coordinator;
 mod describe;
@@ -18,27 +47,108 @@ mod failures;
 mod fake;
 mod fetch;
 mod metadata;
-mod nodes;
+mod observe;
 mod produce;
 mod retry;
 mod security;
 mod settings;
+mod state;
 mod tail;
 mod topic;
 mod transport;
 mod txn;
 mod versions;
 
-pub use client::{Broker, ClientConfig, KafkaClient, Outcome, RequestObserver, StaleReason};
-pub use describe::{CONFIRM_WINDOW, Described, TransactionDescription};
+pub use client::KafkaClient;
+pub use config::{Broker, ClientConfig};
+pub use describe::CONFIRM_WINDOW;
 pub use error::{FENCED_CODES, KafkaError, TRANSACTIONAL_ID_NOT_FOUND, is_retriable_code};
 pub use fetch::{
     Cursor, EARLIEST, FetchChunk, FetchPosition, LATEST, OFFSET_OUT_OF_RANGE, PartitionRead,
 };
-pub use metadata::{PartitionMeta, TopicMeta};
+pub use observe::{Outcome, RequestObserver, StaleReason};
 pub use security::{SaslConfig, SaslMechanism, Secret, Security, TlsConfig};
 pub use settings::{KafkaSettings, Mechanism, Protocol};
+pub use state::{Described, PartitionMeta, TopicMeta, TransactionDescription};
 pub use topic::TopicSpec;
 pub use transport::{DEFAULT_TOPIC, GuardedRecord, KafkaTransport, TransportConfig};
 pub use txn::{ProducerSession, Transaction, TxnError};
 pub use versions::api_name;
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// The files of this module a file imports (`use super::x` or
+    /// `use crate::kafka::x`, outside its tests); `nested` for a file of
+    /// `state/` other than its `mod.rs`, whose `super` is `state`.
+    fn imports(source: &str, nested: bool) -> BTreeSet<String> {
+        let code = source
+            .split("#[cfg(test)]\nmod tests")
+            .next()
+            .unwrap_or(source);
+        let prefixes: &[&str] = if nested {
+            &["use super::super::", "use crate::kafka::"]
+        } else {
+            &["use super::", "use crate::kafka::"]
+        };
+        code.lines()
+            .filter_map(|line| prefixes.iter().find_map(|p| line.strip_prefix(p)))
+            .filter_map(|rest| rest.split([':', ';', '{']).next())
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn no_file_of_the_kafka_room_imports_one_that_imports_it_back() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/kafka");
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (folder, inside_state) in [(dir.clone(), false), (dir.join("state"), true)] {
+            for entry in std::fs::read_dir(&folder).unwrap() {
+                let path = entry.unwrap().path();
+                if path.extension().is_none_or(|e| e != "rs") {
+                    continue;
+                }
+                let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+                if name == "mod" && !inside_state {
+                    continue;
+                }
+                let nested = inside_state && name != "mod";
+                let node = if inside_state {
+                    "state".to_owned()
+                } else {
+                    name
+                };
+                let mut uses = imports(&std::fs::read_to_string(&path).unwrap(), nested);
+                uses.remove(&node);
+                graph.entry(node).or_default().extend(uses);
+            }
+        }
+        assert!(graph["client"].contains("state"), "the walk reads imports");
+        assert!(graph["state"].contains("observe"), "and those of state/");
+        // Depth-first: a file met again while its own imports are walked
+        // closes a circle.
+        fn walk<'a>(
+            node: &'a str,
+            graph: &'a BTreeMap<String, BTreeSet<String>>,
+            path: &mut Vec<&'a str>,
+            done: &mut BTreeSet<&'a str>,
+        ) {
+            if done.contains(node) {
+                return;
+            }
+            assert!(!path.contains(&node), "a circle: {path:?} -> {node}");
+            path.push(node);
+            for next in graph.get(node).into_iter().flatten() {
+                walk(next, graph, path, done);
+            }
+            path.pop();
+            done.insert(node);
+        }
+        let mut done = BTreeSet::new();
+        for node in graph.keys() {
+            walk(node, &graph, &mut Vec::new(), &mut done);
+        }
+    }
+}

@@ -2,9 +2,11 @@
 //! transactional write sends. Every write is pinned to a partition and
 //! waits for acks=all.
 
+use std::time::Duration;
+
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ProduceRequest, TopicName, TransactionalId,
+    ProduceRequest, ProduceResponse, TopicName, TransactionalId,
     produce_request::{PartitionProduceData, TopicProduceData},
 };
 use kafka_protocol::protocol::StrBytes;
@@ -14,6 +16,7 @@ use kafka_protocol::records::{
 
 use super::client::KafkaClient;
 use super::error::KafkaError;
+use super::state::Lesson;
 
 const ACKS_ALL: i16 = -1;
 
@@ -119,6 +122,59 @@ pub(crate) fn encode_plain_batch(
     Ok(buf.freeze())
 }
 
+/// A Produce of one prepared batch to `topic`-`partition` with acks=all,
+/// in the transaction of `transactional_id` if any.
+fn build_produce(
+    topic: &str,
+    partition: i32,
+    batch: Bytes,
+    transactional_id: Option<&str>,
+    timeout: Duration,
+) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_transactional_id(
+            transactional_id.map(|id| TransactionalId(StrBytes::from_string(id.to_owned()))),
+        )
+        .with_acks(ACKS_ALL)
+        .with_timeout_ms(i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX))
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(partition)
+                        .with_records(Some(batch)),
+                ]),
+        ])
+}
+
+/// The base offset a Produce answer (from `addr`) gives the batch written
+/// to `topic`-`partition`, or its error.
+fn parse_produce(
+    response: &ProduceResponse,
+    addr: &str,
+    topic: &str,
+    partition: i32,
+) -> Result<i64, KafkaError> {
+    let p = response
+        .responses
+        .iter()
+        .flat_map(|t| t.partition_responses.iter())
+        .find(|p| p.index == partition)
+        .ok_or_else(|| KafkaError::Protocol {
+            addr: addr.to_owned(),
+            reason: format!("Produce answered nothing for {topic}-{partition}"),
+        })?;
+    match p.error_code {
+        0 => Ok(p.base_offset),
+        code => Err(KafkaError::broker(
+            "Produce",
+            code,
+            p.error_message.as_ref().map(|m| m.to_string()),
+        )),
+    }
+}
+
 impl KafkaClient {
     /// Sends one produce request for a prepared batch to the partition's
     /// leader; returns the base offset. No retries.
@@ -131,54 +187,15 @@ impl KafkaClient {
     ) -> Result<i64, KafkaError> {
         let leader = self.leader(topic, partition).await?.broker;
         let timeout = self.config().request_timeout;
-        let request = ProduceRequest::default()
-            .with_transactional_id(
-                transactional_id.map(|id| TransactionalId(StrBytes::from_string(id.to_owned()))),
-            )
-            .with_acks(ACKS_ALL)
-            .with_timeout_ms(i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX))
-            .with_topic_data(vec![
-                TopicProduceData::default()
-                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-                    .with_partition_data(vec![
-                        PartitionProduceData::default()
-                            .with_index(partition)
-                            .with_records(Some(batch)),
-                    ]),
-            ]);
-        let result = self.send_to(&leader.addr, &request).await;
-        let response = match result {
-            Ok(r) => r,
-            Err(e) => {
-                if e.needs_metadata_refresh() {
-                    self.invalidate_topic(topic);
-                }
-                return Err(e);
-            }
+        let request = build_produce(topic, partition, batch, transactional_id, timeout);
+        let offset = match self.send_to(&leader.addr, &request).await {
+            Ok(response) => parse_produce(&response, &leader.addr, topic, partition),
+            Err(e) => Err(e),
         };
-        let p = response
-            .responses
-            .iter()
-            .flat_map(|t| t.partition_responses.iter())
-            .find(|p| p.index == partition)
-            .ok_or_else(|| KafkaError::Protocol {
-                addr: leader.addr.clone(),
-                reason: format!("Produce answered nothing for {topic}-{partition}"),
-            })?;
-        match p.error_code {
-            0 => Ok(p.base_offset),
-            code => {
-                let err = KafkaError::broker(
-                    "Produce",
-                    code,
-                    p.error_message.as_ref().map(|m| m.to_string()),
-                );
-                if err.needs_metadata_refresh() {
-                    self.invalidate_topic(topic);
-                }
-                Err(err)
-            }
+        if let Err(error) = &offset {
+            self.state().learn(Lesson::PartitionError { topic, error });
         }
+        offset
     }
 
     /// Appends many records to one partition in one batch, outside any
@@ -235,6 +252,49 @@ impl KafkaClient {
 mod tests {
     use super::*;
     use kafka_protocol::records::RecordBatchDecoder;
+
+    #[test]
+    fn a_produce_waits_for_every_replica_and_names_its_transaction() {
+        let request = build_produce(
+            "t",
+            3,
+            Bytes::from_static(b"x"),
+            Some("r"),
+            Duration::from_secs(5),
+        );
+        assert_eq!((request.acks, request.timeout_ms), (ACKS_ALL, 5000));
+        assert_eq!(request.transactional_id.unwrap().0.as_str(), "r");
+        let data = &request.topic_data[0].partition_data[0];
+        assert_eq!((data.index, data.records.as_deref()), (3, Some(&b"x"[..])));
+        let plain = build_produce("t", 3, Bytes::new(), None, Duration::ZERO);
+        assert!(plain.transactional_id.is_none());
+    }
+
+    #[test]
+    fn an_answer_gives_the_base_offset_or_the_error_with_its_message() {
+        use kafka_protocol::messages::produce_response::{
+            PartitionProduceResponse, TopicProduceResponse,
+        };
+        let answer = |code: i16| {
+            ProduceResponse::default().with_responses(vec![
+                TopicProduceResponse::default().with_partition_responses(vec![
+                    PartitionProduceResponse::default()
+                        .with_index(3)
+                        .with_error_code(code)
+                        .with_base_offset(41)
+                        .with_error_message(Some(StrBytes::from_static_str("why"))),
+                ]),
+            ])
+        };
+        assert_eq!(parse_produce(&answer(0), "b:1", "t", 3), Ok(41));
+        let fenced = parse_produce(&answer(90), "b:1", "t", 3).unwrap_err();
+        assert!(
+            fenced.is_fenced() && fenced.to_string().contains("why"),
+            "{fenced}"
+        );
+        let missing = parse_produce(&answer(0), "b:1", "t", 4).unwrap_err();
+        assert!(matches!(missing, KafkaError::Protocol { .. }), "{missing}");
+    }
 
     #[test]
     fn many_records_make_exactly_one_batch_without_a_sequence() {

@@ -4,16 +4,17 @@
 //! deadline; the last error is then reported as [`KafkaError::GaveUp`].
 //!
 //! What to refresh after an error (metadata, a coordinator, a broker's
-//! reconnect backoff) is decided where the error is seen, in
-//! `KafkaClient::send_to`; this only decides when to try again.
+//! reconnect backoff) is decided in one place, `ClusterState::learn`; this
+//! only decides when to try again.
 
 use std::future::Future;
 
 use tokio::time::Instant;
 
-use super::backoff::Backoff;
-use super::client::{ClientConfig, KafkaClient};
+use super::client::KafkaClient;
+use super::config::ClientConfig;
 use super::error::KafkaError;
+use crate::backoff::{Backoff, Jitter};
 
 /// One operation's retries.
 #[derive(Debug)]
@@ -30,7 +31,11 @@ impl Retry {
             op,
             started: Instant::now(),
             deadline,
-            backoff: Backoff::new(config.retry_backoff, config.retry_backoff_max),
+            backoff: Backoff::new(
+                config.retry_backoff,
+                config.retry_backoff_max,
+                Jitter::EQUAL,
+            ),
         }
     }
 
@@ -106,6 +111,37 @@ impl KafkaClient {
                 Ok(Err(e)) => return Err(e),
                 Err(_) => return Err(retry.gave_up(retry.out_of_time())),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_back_off_and_give_up_with_the_last_error_before_the_deadline() {
+        // Kafka's defaults: 100 ms doubling to 1 s, here in the upper half
+        // of each step: 50-100, 100-200, 200-400, 400-800 ms.
+        let config = ClientConfig::new(["b:1"]);
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(1);
+        let mut retry = Retry::new("op", &config, deadline);
+        let error = KafkaError::broker("EndTxn", 51, None);
+        let mut pauses = 0;
+        let gave_up = loop {
+            match retry.pause(error.clone()).await {
+                Ok(()) => pauses += 1,
+                Err(e) => break e,
+            }
+        };
+        assert!((3..=4).contains(&pauses), "{pauses} pauses");
+        assert!(Instant::now() < deadline, "never sleeps past the deadline");
+        match gave_up {
+            KafkaError::GaveUp { op, last, .. } => assert_eq!((op, *last), ("op", error)),
+            other => panic!("{other}"),
         }
     }
 }

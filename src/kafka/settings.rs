@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use super::{ClientConfig, DEFAULT_TOPIC, SaslConfig, SaslMechanism, Secret, Security, TlsConfig};
+use super::config::ClientConfig;
+use super::security::{SaslConfig, SaslMechanism, Secret, Security, TlsConfig};
+use super::transport::DEFAULT_TOPIC;
 use crate::time::duration_between;
 
 /// Kafka's security protocols.

@@ -18,17 +18,19 @@ use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
-use super::backoff::Backoff;
-use super::client::{Broker, KafkaClient};
+use super::client::KafkaClient;
+use super::config::Broker;
 use super::error::KafkaError;
-use super::fetch::{Cursor, EARLIEST, FetchChunk, FetchPosition, OFFSET_OUT_OF_RANGE};
+use super::fetch::{Chunks, Cursor, EARLIEST, FetchPosition, OFFSET_OUT_OF_RANGE};
+use super::state::Lesson;
+use crate::backoff::{Backoff, Gate, Jitter};
 use crate::cluster::Tailed;
 
 /// A poll is overdue this long after its long-poll wait.
 const OVERDUE_MARGIN: Duration = Duration::from_millis(500);
 
 /// What one poll of one leader brought: per partition, a chunk or an error.
-type Answers = Result<Vec<(i32, Result<FetchChunk, KafkaError>)>, KafkaError>;
+type Answers = Result<Chunks, KafkaError>;
 
 type Polled = (Broker, Vec<FetchPosition>, Answers);
 
@@ -43,8 +45,8 @@ struct Tailer {
     topic: String,
     long_poll: Duration,
     cursors: Vec<Cursor>,
-    /// Per partition: no read before this instant (after a failure).
-    backoff: Vec<Option<(Instant, Backoff)>>,
+    /// Per partition failing: no read before its gate opens.
+    backoff: Vec<Option<Gate>>,
     tx: mpsc::Sender<Tailed>,
 }
 
@@ -111,7 +113,7 @@ impl Tailer {
         let idle: Vec<(i32, i64)> = (0..self.cursors.len())
             .filter(|&p| {
                 !polling.contains(&(p as i32))
-                    && self.backoff[p].as_ref().is_none_or(|(at, _)| *at <= now)
+                    && self.backoff[p].as_ref().is_none_or(|g| g.is_open(now))
             })
             .map(|p| (p as i32, self.cursors[p].next_offset()))
             .collect();
@@ -215,15 +217,15 @@ impl Tailer {
     async fn failed(&mut self, partition: i32, error: KafkaError) -> bool {
         let config = self.client.config();
         if let Some(slot) = self.backoff.get_mut(partition as usize) {
-            let (_, backoff) = slot.get_or_insert_with(|| {
-                (
-                    Instant::now(),
-                    Backoff::new(config.retry_backoff, config.retry_backoff_max),
-                )
-            });
-            let delay = backoff.next_delay();
-            let backoff = backoff.clone();
-            *slot = Some((Instant::now() + delay, backoff));
+            slot.get_or_insert_with(|| {
+                let backoff = Backoff::new(
+                    config.retry_backoff,
+                    config.retry_backoff_max,
+                    Jitter::EQUAL,
+                );
+                Gate::new(backoff)
+            })
+            .shut(Instant::now());
         }
         tracing::debug!(topic = %self.topic, partition, %error, "read failed; retrying");
         let error = error.into();
@@ -239,7 +241,7 @@ impl Tailer {
         self.backoff
             .iter()
             .flatten()
-            .map(|(at, _)| *at)
+            .filter_map(Gate::opens_at)
             .filter(|at| *at > now)
             .min()
     }
@@ -255,7 +257,7 @@ impl Tailer {
         if overdue.is_empty() {
             return;
         }
-        self.client.core.metadata.request_update();
+        self.client.state().learn(Lesson::PollOverdue);
         for leader in overdue {
             let Some(poll) = busy.get(&leader) else {
                 continue;

@@ -1,16 +1,19 @@
 //! The coordination topic: create it compacted when missing, read its
 //! partition count, and refuse one that is not compacted.
 
+use std::time::Duration;
+
 use kafka_protocol::messages::{
-    CreateTopicsRequest, DescribeConfigsRequest, TopicName,
+    CreateTopicsRequest, CreateTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    TopicName,
     create_topics_request::{CreatableTopic, CreatableTopicConfig},
     describe_configs_request::DescribeConfigsResource,
-    describe_configs_response::DescribeConfigsResult,
 };
 use kafka_protocol::protocol::StrBytes;
 
 use super::client::KafkaClient;
 use super::error::KafkaError;
+use super::state::Lesson;
 
 const TOPIC_ALREADY_EXISTS: i16 = 36;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
@@ -46,7 +49,7 @@ fn topic_err(topic: &str, reason: impl Into<String>) -> KafkaError {
 }
 
 /// A DescribeConfigs of one key of one resource.
-fn describe_config(kind: i8, name: &str, key: &str) -> DescribeConfigsRequest {
+fn build_describe_config(kind: i8, name: &str, key: &str) -> DescribeConfigsRequest {
     DescribeConfigsRequest::default().with_resources(vec![
         DescribeConfigsResource::default()
             .with_resource_type(kind)
@@ -55,8 +58,15 @@ fn describe_config(kind: i8, name: &str, key: &str) -> DescribeConfigsRequest {
     ])
 }
 
-/// The value of `key` in one resource's answer, or its error.
-fn config_value(result: DescribeConfigsResult, key: &str) -> Result<Option<String>, KafkaError> {
+/// The value of `key` in a DescribeConfigs answer of one resource, or its
+/// error; `None` when the resource has no such key.
+fn parse_describe_config(
+    response: DescribeConfigsResponse,
+    key: &str,
+) -> Result<Option<String>, KafkaError> {
+    let Some(result) = response.results.into_iter().next() else {
+        return Ok(None);
+    };
     if result.error_code != 0 {
         return Err(KafkaError::broker(
             "DescribeConfigs",
@@ -72,11 +82,57 @@ fn config_value(result: DescribeConfigsResult, key: &str) -> Result<Option<Strin
         .map(|v| v.to_string()))
 }
 
+/// A CreateTopics of `topic` as `spec` says, compacted whatever it says.
+fn build_create_topic(topic: &str, spec: &TopicSpec, timeout: Duration) -> CreateTopicsRequest {
+    let mut configs = vec![("cleanup.policy".to_owned(), "compact".to_owned())];
+    configs.extend(
+        spec.configs
+            .iter()
+            .filter(|(k, _)| k != "cleanup.policy")
+            .cloned(),
+    );
+    CreateTopicsRequest::default()
+        .with_timeout_ms(i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX))
+        .with_topics(vec![
+            CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_num_partitions(spec.partitions)
+                .with_replication_factor(spec.replication_factor)
+                .with_configs(
+                    configs
+                        .into_iter()
+                        .map(|(k, v)| {
+                            CreatableTopicConfig::default()
+                                .with_name(StrBytes::from_string(k))
+                                .with_value(Some(StrBytes::from_string(v)))
+                        })
+                        .collect(),
+                ),
+        ])
+}
+
+/// Whether a CreateTopics answer leaves `topic` existing.
+fn parse_create_topic(response: CreateTopicsResponse, topic: &str) -> Result<(), KafkaError> {
+    let result = response
+        .topics
+        .into_iter()
+        .next()
+        .ok_or_else(|| topic_err(topic, "CreateTopics answered nothing"))?;
+    match result.error_code {
+        0 | TOPIC_ALREADY_EXISTS => Ok(()),
+        code => Err(KafkaError::broker(
+            "CreateTopics",
+            code,
+            result.error_message.map(|m| m.to_string()),
+        )),
+    }
+}
+
 impl KafkaClient {
     /// The partition count of `topic` from fresh metadata; an error when the
     /// topic does not exist.
     pub async fn partition_count(&self, topic: &str) -> Result<i32, KafkaError> {
-        self.invalidate_topic(topic);
+        self.state().learn(Lesson::TopicStale { topic });
         let meta = self.topic_metadata(topic).await?;
         match meta.error {
             0 if !meta.partitions.is_empty() => Ok(meta.partitions.len() as i32),
@@ -88,14 +144,13 @@ impl KafkaClient {
     /// The topic's `cleanup.policy`, asked of any broker.
     pub async fn cleanup_policy(&self, topic: &str) -> Result<String, KafkaError> {
         self.retrying("describe configs", || async move {
-            let request = describe_config(RESOURCE_TOPIC, topic, "cleanup.policy");
+            let request = build_describe_config(RESOURCE_TOPIC, topic, "cleanup.policy");
             let (response, _) = self.send_any(&request, &[]).await?;
-            let result = response
-                .results
-                .into_iter()
-                .next()
-                .ok_or_else(|| topic_err(topic, "DescribeConfigs answered nothing"))?;
-            Ok(config_value(result, "cleanup.policy")?.unwrap_or_else(|| "delete".to_owned()))
+            if response.results.is_empty() {
+                return Err(topic_err(topic, "DescribeConfigs answered nothing"));
+            }
+            let policy = parse_describe_config(response, "cleanup.policy")?;
+            Ok(policy.unwrap_or_else(|| "delete".to_owned()))
         })
         .await
     }
@@ -120,12 +175,9 @@ impl KafkaClient {
                     addr: "the cluster".into(),
                     reason: "no broker known".into(),
                 })?;
-            let request = describe_config(RESOURCE_BROKER, &id.to_string(), key);
+            let request = build_describe_config(RESOURCE_BROKER, &id.to_string(), key);
             let response = self.send_to(&addr, &request).await?;
-            match response.results.into_iter().next() {
-                Some(result) => config_value(result, key),
-                None => Ok(None),
-            }
+            parse_describe_config(response, key)
         })
         .await
     }
@@ -180,61 +232,78 @@ impl KafkaClient {
     }
 
     async fn create_topic(&self, topic: &str, spec: &TopicSpec) -> Result<(), KafkaError> {
-        let mut configs = vec![("cleanup.policy".to_owned(), "compact".to_owned())];
-        configs.extend(
-            spec.configs
-                .iter()
-                .filter(|(k, _)| k != "cleanup.policy")
-                .cloned(),
-        );
-        let timeout_ms =
-            i32::try_from(self.config().request_timeout.as_millis()).unwrap_or(i32::MAX);
-        self.retrying("create topic", || {
-            let configs = configs.clone();
-            async move {
-                let request = CreateTopicsRequest::default()
-                    .with_timeout_ms(timeout_ms)
-                    .with_topics(vec![
-                        CreatableTopic::default()
-                            .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-                            .with_num_partitions(spec.partitions)
-                            .with_replication_factor(spec.replication_factor)
-                            .with_configs(
-                                configs
-                                    .into_iter()
-                                    .map(|(k, v)| {
-                                        CreatableTopicConfig::default()
-                                            .with_name(StrBytes::from_string(k))
-                                            .with_value(Some(StrBytes::from_string(v)))
-                                    })
-                                    .collect(),
-                            ),
-                    ]);
-                let (response, _) = self.send_any(&request, &[]).await?;
-                let result = response
-                    .topics
-                    .into_iter()
-                    .next()
-                    .ok_or_else(|| topic_err(topic, "CreateTopics answered nothing"))?;
-                match result.error_code {
-                    0 | TOPIC_ALREADY_EXISTS => {
-                        tracing::info!(
-                            topic,
-                            partitions = spec.partitions,
-                            "created the coordination topic"
-                        );
-                        Ok(())
-                    }
-                    code => Err(KafkaError::broker(
-                        "CreateTopics",
-                        code,
-                        result.error_message.map(|m| m.to_string()),
-                    )),
-                }
-            }
+        let request = build_create_topic(topic, spec, self.config().request_timeout);
+        self.retrying("create topic", || async {
+            let (response, _) = self.send_any(&request, &[]).await?;
+            parse_create_topic(response, topic)
         })
         .await?;
-        self.invalidate_topic(topic);
+        tracing::info!(
+            topic,
+            partitions = spec.partitions,
+            "created the coordination topic"
+        );
+        self.state().learn(Lesson::TopicStale { topic });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::describe_configs_response::{
+        DescribeConfigsResourceResult, DescribeConfigsResult,
+    };
+
+    use super::*;
+
+    #[test]
+    fn a_created_topic_is_compacted_whatever_the_spec_says() {
+        let spec = TopicSpec {
+            partitions: 4,
+            replication_factor: 3,
+            configs: vec![
+                ("cleanup.policy".into(), "delete".into()),
+                ("min.insync.replicas".into(), "2".into()),
+            ],
+        };
+        let request = build_create_topic("t", &spec, Duration::from_secs(5));
+        let topic = &request.topics[0];
+        assert_eq!((topic.num_partitions, topic.replication_factor), (4, 3));
+        let configs: Vec<(&str, &str)> = topic
+            .configs
+            .iter()
+            .map(|c| (c.name.as_str(), c.value.as_ref().unwrap().as_str()))
+            .collect();
+        assert_eq!(
+            configs,
+            [("cleanup.policy", "compact"), ("min.insync.replicas", "2")]
+        );
+    }
+
+    #[test]
+    fn a_config_answer_gives_the_value_none_or_the_error() {
+        let answer = |code: i16, value: Option<&'static str>| {
+            DescribeConfigsResponse::default().with_results(vec![
+                DescribeConfigsResult::default()
+                    .with_error_code(code)
+                    .with_configs(vec![
+                        DescribeConfigsResourceResult::default()
+                            .with_name(StrBytes::from_static_str("cleanup.policy"))
+                            .with_value(value.map(StrBytes::from_static_str)),
+                    ]),
+            ])
+        };
+        let policy = parse_describe_config(answer(0, Some("compact")), "cleanup.policy");
+        assert_eq!(policy, Ok(Some("compact".to_owned())));
+        assert_eq!(
+            parse_describe_config(answer(0, None), "cleanup.policy"),
+            Ok(None)
+        );
+        assert_eq!(
+            parse_describe_config(answer(0, Some("x")), "other"),
+            Ok(None)
+        );
+        let denied = parse_describe_config(answer(29, None), "cleanup.policy");
+        assert_eq!(denied.unwrap_err().code(), Some(29));
     }
 }

@@ -22,6 +22,7 @@ use crate::coordination::{
     FencingToken, Key, Lease, LogRecord, Registration, decode_key, encode_key, encode_lease,
     encode_registration, role_partition,
 };
+use crate::sync::lock;
 use crate::transport::{
     Coordinator, LeaseWriter, Registrar, StateReader, Transport, TransportError, TransportResult,
 };
@@ -88,10 +89,6 @@ pub struct KafkaTransport {
     partitions: i32,
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<ProducerSession>>>>,
     caches: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<PartitionCache>>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl KafkaTransport {

@@ -14,15 +14,18 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest, ProducerId, TopicName,
-    TransactionalId, add_partitions_to_txn_request::AddPartitionsToTxnTopic,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse,
+    InitProducerIdRequest, InitProducerIdResponse, ProducerId, TopicName, TransactionalId,
+    add_partitions_to_txn_request::AddPartitionsToTxnTopic,
 };
 use kafka_protocol::protocol::StrBytes;
 
 use super::client::KafkaClient;
 use super::error::KafkaError;
 use super::produce::{ProducerFields, Write, encode_batch};
+use super::state::Lesson;
 use crate::coordination::FencingToken;
+use crate::sync::lock;
 
 /// DUPLICATE_SEQUENCE_NUMBER: the batch was already written.
 const DUPLICATE_SEQUENCE: i16 = 46;
@@ -83,6 +86,81 @@ fn txn_id(id: &str) -> TransactionalId {
     TransactionalId(StrBytes::from_string(id.to_owned()))
 }
 
+/// InitProducerId for `id`, with the lease as the transaction timeout.
+fn build_init_producer_id(id: &str, timeout_ms: i32) -> InitProducerIdRequest {
+    InitProducerIdRequest::default()
+        .with_transactional_id(Some(txn_id(id)))
+        .with_transaction_timeout_ms(timeout_ms)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1)
+}
+
+/// The minted token of an InitProducerId answer, or its error.
+fn parse_init_producer_id(response: InitProducerIdResponse) -> Result<FencingToken, KafkaError> {
+    if response.error_code != 0 {
+        return Err(KafkaError::broker(
+            "InitProducerId",
+            response.error_code,
+            None,
+        ));
+    }
+    FencingToken::new(response.producer_id.0, response.producer_epoch)
+        .map_err(|e| KafkaError::Invalid(format!("InitProducerId returned an unminted pair: {e}")))
+}
+
+/// AddPartitionsToTxn (v3 and below: the client's own) of one partition.
+fn build_add_partition(
+    id: &str,
+    token: FencingToken,
+    topic: &str,
+    partition: i32,
+) -> AddPartitionsToTxnRequest {
+    AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(txn_id(id))
+        .with_v3_and_below_producer_id(ProducerId(token.producer_id()))
+        .with_v3_and_below_producer_epoch(token.producer_epoch())
+        .with_v3_and_below_topics(vec![
+            AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_partitions(vec![partition]),
+        ])
+}
+
+/// The first error of an AddPartitionsToTxn answer, if any.
+fn parse_add_partition(response: AddPartitionsToTxnResponse) -> Result<(), KafkaError> {
+    let code = match response.error_code {
+        0 => response
+            .results_by_topic_v3_and_below
+            .iter()
+            .flat_map(|t| t.results_by_partition.iter())
+            .map(|p| p.partition_error_code)
+            .find(|&c| c != 0)
+            .unwrap_or(0),
+        code => code,
+    };
+    match code {
+        0 => Ok(()),
+        code => Err(KafkaError::broker("AddPartitionsToTxn", code, None)),
+    }
+}
+
+/// EndTxn: commits or aborts the open transaction of `token`.
+fn build_end_txn(id: &str, token: FencingToken, commit: bool) -> EndTxnRequest {
+    EndTxnRequest::default()
+        .with_transactional_id(txn_id(id))
+        .with_producer_id(ProducerId(token.producer_id()))
+        .with_producer_epoch(token.producer_epoch())
+        .with_committed(commit)
+}
+
+/// The error of an EndTxn answer, if any.
+fn parse_end_txn(response: EndTxnResponse) -> Result<(), KafkaError> {
+    match response.error_code {
+        0 => Ok(()),
+        code => Err(KafkaError::broker("EndTxn", code, None)),
+    }
+}
+
 impl KafkaClient {
     /// InitProducerId for `transactional_id`: mints the next epoch and fences
     /// the previous holder. The lease duration goes in as the transaction
@@ -95,26 +173,12 @@ impl KafkaClient {
     ) -> Result<ProducerSession, KafkaError> {
         let timeout_ms = i32::try_from(transaction_timeout.as_millis())
             .map_err(|_| KafkaError::Invalid("transaction timeout over i32 ms".into()))?;
-        let (producer_id, producer_epoch) = self
-            .retrying("init producer id", || async move {
-                let coordinator = self.coordinator(transactional_id).await?;
-                let request = InitProducerIdRequest::default()
-                    .with_transactional_id(Some(txn_id(transactional_id)))
-                    .with_transaction_timeout_ms(timeout_ms)
-                    .with_producer_id(ProducerId(-1))
-                    .with_producer_epoch(-1);
-                let response = self
-                    .coordinator_call(transactional_id, &coordinator, &request)
-                    .await?;
-                match response.error_code {
-                    0 => Ok((response.producer_id.0, response.producer_epoch)),
-                    code => Err(self.coordinator_error("InitProducerId", transactional_id, code)),
-                }
+        let request = build_init_producer_id(transactional_id, timeout_ms);
+        let token = self
+            .retrying("init producer id", || {
+                self.coordinator_call(transactional_id, &request, parse_init_producer_id)
             })
             .await?;
-        let token = FencingToken::new(producer_id, producer_epoch).map_err(|e| {
-            KafkaError::Invalid(format!("InitProducerId returned an unminted pair: {e}"))
-        })?;
         Ok(ProducerSession {
             transactional_id: transactional_id.to_owned(),
             token,
@@ -123,32 +187,29 @@ impl KafkaClient {
         })
     }
 
-    async fn coordinator_call<R: kafka_protocol::protocol::Request>(
+    /// One attempt of `request` about `transactional_id` at its coordinator;
+    /// what a failure teaches goes to the cluster state.
+    async fn coordinator_call<R, T>(
         &self,
         transactional_id: &str,
-        coordinator: &super::client::Broker,
         request: &R,
-    ) -> Result<R::Response, KafkaError> {
-        let result = self.send_to(&coordinator.addr, request).await;
-        if let Err(e) = &result
-            && e.is_retriable()
-        {
-            self.core.coordinators.forget(transactional_id);
+        parse: impl FnOnce(R::Response) -> Result<T, KafkaError>,
+    ) -> Result<T, KafkaError>
+    where
+        R: kafka_protocol::protocol::Request,
+    {
+        let coordinator = self.coordinator(transactional_id).await?;
+        let result = match self.send_to(&coordinator.addr, request).await {
+            Ok(response) => parse(response),
+            Err(e) => Err(e),
+        };
+        if let Err(error) = &result {
+            self.state().learn(Lesson::TxnFailed {
+                key: transactional_id,
+                error,
+            });
         }
         result
-    }
-
-    fn coordinator_error(
-        &self,
-        api: &'static str,
-        transactional_id: &str,
-        code: i16,
-    ) -> KafkaError {
-        let err = KafkaError::broker(api, code, None);
-        if err.is_coordinator_error() {
-            self.core.coordinators.forget(transactional_id);
-        }
-        err
     }
 
     /// Opens a transaction under `session`'s token. Records sent in it are
@@ -215,10 +276,7 @@ impl KafkaClient {
                         Err(e) if e.code() == Some(DUPLICATE_SEQUENCE) => Ok(-1),
                         Err(e) => {
                             if e.is_ambiguous() {
-                                *ambiguous
-                                    .lock()
-                                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
-                                    Some(e.clone());
+                                *lock(ambiguous) = Some(e.clone());
                             }
                             Err(e)
                         }
@@ -227,9 +285,7 @@ impl KafkaClient {
                 }
             })
             .await;
-        let earlier = ambiguous
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let earlier = lock(&ambiguous).take();
         match (result, earlier) {
             (Ok(offset), _) => Ok(offset),
             (Err(e), Some(earlier)) if !e.is_fenced() && !e.is_ambiguous() => Err(earlier),
@@ -244,38 +300,9 @@ impl KafkaClient {
         topic: &str,
         partition: i32,
     ) -> Result<(), KafkaError> {
-        self.retrying("add partitions to txn", || async move {
-            let coordinator = self.coordinator(transactional_id).await?;
-            let request = AddPartitionsToTxnRequest::default()
-                .with_v3_and_below_transactional_id(txn_id(transactional_id))
-                .with_v3_and_below_producer_id(ProducerId(token.producer_id()))
-                .with_v3_and_below_producer_epoch(token.producer_epoch())
-                .with_v3_and_below_topics(vec![
-                    AddPartitionsToTxnTopic::default()
-                        .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
-                        .with_partitions(vec![partition]),
-                ]);
-            let response = self
-                .coordinator_call(transactional_id, &coordinator, &request)
-                .await?;
-            if response.error_code != 0 {
-                return Err(self.coordinator_error(
-                    "AddPartitionsToTxn",
-                    transactional_id,
-                    response.error_code,
-                ));
-            }
-            let code = response
-                .results_by_topic_v3_and_below
-                .iter()
-                .flat_map(|t| t.results_by_partition.iter())
-                .map(|p| p.partition_error_code)
-                .find(|&c| c != 0)
-                .unwrap_or(0);
-            match code {
-                0 => Ok(()),
-                code => Err(self.coordinator_error("AddPartitionsToTxn", transactional_id, code)),
-            }
+        let request = build_add_partition(transactional_id, token, topic, partition);
+        self.retrying("add partitions to txn", || {
+            self.coordinator_call(transactional_id, &request, parse_add_partition)
         })
         .await
     }
@@ -287,20 +314,9 @@ impl KafkaClient {
         token: FencingToken,
         commit: bool,
     ) -> Result<(), KafkaError> {
-        self.retrying("end txn", || async move {
-            let coordinator = self.coordinator(transactional_id).await?;
-            let request = EndTxnRequest::default()
-                .with_transactional_id(txn_id(transactional_id))
-                .with_producer_id(ProducerId(token.producer_id()))
-                .with_producer_epoch(token.producer_epoch())
-                .with_committed(commit);
-            let response = self
-                .coordinator_call(transactional_id, &coordinator, &request)
-                .await?;
-            match response.error_code {
-                0 => Ok(()),
-                code => Err(self.coordinator_error("EndTxn", transactional_id, code)),
-            }
+        let request = build_end_txn(transactional_id, token, commit);
+        self.retrying("end txn", || {
+            self.coordinator_call(transactional_id, &request, parse_end_txn)
         })
         .await
     }
@@ -415,5 +431,88 @@ impl Transaction<'_> {
                 Err(TxnError::Uncertain(e))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::add_partitions_to_txn_response::{
+        AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+    };
+
+    use super::*;
+
+    fn token() -> FencingToken {
+        FencingToken::new(7, 3).unwrap()
+    }
+
+    #[test]
+    fn requests_carry_the_id_and_the_minted_pair() {
+        let init = build_init_producer_id("r", 10_000);
+        assert_eq!(init.transactional_id.unwrap().0.as_str(), "r");
+        assert_eq!(init.transaction_timeout_ms, 10_000);
+        assert_eq!((init.producer_id.0, init.producer_epoch), (-1, -1));
+        let add = build_add_partition("r", token(), "t", 4);
+        assert_eq!(add.v3_and_below_transactional_id.0.as_str(), "r");
+        assert_eq!(
+            (
+                add.v3_and_below_producer_id.0,
+                add.v3_and_below_producer_epoch
+            ),
+            (7, 3)
+        );
+        assert_eq!(add.v3_and_below_topics[0].partitions, [4]);
+        let end = build_end_txn("r", token(), false);
+        assert_eq!(
+            (end.producer_id.0, end.producer_epoch, end.committed),
+            (7, 3, false)
+        );
+    }
+
+    #[test]
+    fn a_mint_gives_a_token_or_an_error() {
+        let minted = InitProducerIdResponse::default()
+            .with_producer_id(ProducerId(7))
+            .with_producer_epoch(3);
+        assert_eq!(parse_init_producer_id(minted), Ok(token()));
+        let refused = InitProducerIdResponse::default().with_error_code(50);
+        assert_eq!(
+            parse_init_producer_id(refused).unwrap_err().code(),
+            Some(50)
+        );
+        let unminted = InitProducerIdResponse::default().with_producer_id(ProducerId(-1));
+        assert!(matches!(
+            parse_init_producer_id(unminted),
+            Err(KafkaError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn adding_a_partition_fails_with_the_first_error_of_any_level() {
+        let with = |top: i16, partition: i16| {
+            AddPartitionsToTxnResponse::default()
+                .with_error_code(top)
+                .with_results_by_topic_v3_and_below(vec![
+                    AddPartitionsToTxnTopicResult::default().with_results_by_partition(vec![
+                        AddPartitionsToTxnPartitionResult::default()
+                            .with_partition_error_code(partition),
+                    ]),
+                ])
+        };
+        assert_eq!(parse_add_partition(with(0, 0)), Ok(()));
+        assert_eq!(
+            parse_add_partition(with(0, 51)).unwrap_err().code(),
+            Some(51)
+        );
+        assert_eq!(
+            parse_add_partition(with(16, 0)).unwrap_err().code(),
+            Some(16)
+        );
+        assert_eq!(
+            parse_end_txn(EndTxnResponse::default().with_error_code(47))
+                .unwrap_err()
+                .code(),
+            Some(47)
+        );
     }
 }

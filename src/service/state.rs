@@ -11,7 +11,12 @@ use super::metrics::Metrics;
 use super::watch::{TopicLayout, TrackerConfig, WatchConfig, Watcher};
 use crate::cluster::{Cluster, ClusterError};
 use crate::kafka::{ClientConfig, KafkaClient, KafkaError};
+use crate::sync::lock;
 use crate::time::{Clock, SystemClock};
+
+/// How often a probe waiting for Kafka's answer during start-up looks for
+/// the client's reason why Kafka cannot be reached.
+const UNREACHABLE_EVERY: Duration = Duration::from_millis(200);
 
 /// Whether the service can answer, and why not.
 #[derive(Debug)]
@@ -33,10 +38,7 @@ impl Readiness {
 
     /// `None` when ready; otherwise the reason.
     pub fn reason(&self) -> Option<String> {
-        self.not_ready
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        lock(&self.not_ready).clone()
     }
 
     /// Whether the service was ever ready.
@@ -52,10 +54,7 @@ impl Readiness {
             }
             other => other,
         };
-        let mut current = self
-            .not_ready
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut current = lock(&self.not_ready);
         if reason.is_none() {
             self.was_ready.store(true, Ordering::Relaxed);
         }
@@ -226,7 +225,22 @@ impl AppState {
     /// service's credentials or permissions, if that is why not.
     pub async fn probe(&self) -> Option<String> {
         let topic = &self.config.kafka.topic;
-        let (reason, denied) = match self.cluster.partitions(topic).await {
+        // Until the service was ready once, an answer may take the whole
+        // operation timeout; meanwhile readiness says why Kafka cannot be
+        // reached as soon as the client knows.
+        let answer = self.cluster.partitions(topic);
+        tokio::pin!(answer);
+        let answered = loop {
+            tokio::select! {
+                answered = &mut answer => break answered,
+                () = tokio::time::sleep(UNREACHABLE_EVERY), if !self.readiness.was_ready() => {
+                    if let Some(why) = self.cluster.unreachable() {
+                        self.readiness.set(Some(format!("cannot reach Kafka: {why}")));
+                    }
+                }
+            }
+        };
+        let (reason, denied) = match answered {
             Err(ClusterError::Denied(why)) => (Some(format!("Kafka: {why}")), Some(why)),
             Err(ClusterError::NoTopic(_)) => (self.watcher.not_ready(), None),
             Err(e) => (Some(format!("Kafka: {e}")), None),

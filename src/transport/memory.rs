@@ -25,6 +25,7 @@ use crate::coordination::{
     FencingToken, Key, Lease, LogRecord, Registration, decode_key, encode_key, encode_lease,
     encode_registration, role_partition,
 };
+use crate::sync::lock;
 
 /// Epochs at or above this are exhausted; the next mint rotates the producer
 /// id (Kafka's `isEpochExhausted`).
@@ -45,6 +46,9 @@ struct ClusterState {
     stale: HashMap<String, Option<FencingToken>>,
     next_producer_id: i64,
     unavailable: Option<String>,
+    /// Calls hang and the cluster reports this reason (an unreachable
+    /// bootstrap address).
+    unreachable: Option<String>,
     max_transaction_timeout: Duration,
     cluster_id: String,
 }
@@ -87,9 +91,7 @@ impl MemoryCluster {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ClusterState> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.state)
     }
 
     /// A new member's producer on this cluster.
@@ -115,6 +117,13 @@ impl MemoryCluster {
     /// Makes every call fail with `reason` until set back to `None`.
     pub fn set_unavailable(&self, reason: Option<&str>) {
         self.lock().unavailable = reason.map(str::to_owned);
+    }
+
+    /// Makes `partitions` hang and [`Cluster::unreachable`] say `reason`
+    /// until set back to `None`, as a client retrying an unreachable
+    /// bootstrap address does.
+    pub fn set_unreachable(&self, reason: Option<&str>) {
+        self.lock().unreachable = reason.map(str::to_owned);
     }
 
     /// Sets the cluster's `transaction.max.timeout.ms`.
@@ -227,6 +236,9 @@ impl Cluster for MemoryCluster {
 
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<i32, ClusterError>> {
         async move {
+            while self.lock().unreachable.is_some() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
             let state = self.lock();
             match &state.unavailable {
                 Some(reason) => Err(ClusterError::Unavailable(reason.clone())),
@@ -310,6 +322,10 @@ impl Cluster for MemoryCluster {
         rx
     }
 
+    fn unreachable(&self) -> Option<String> {
+        self.lock().unreachable.clone()
+    }
+
     fn cluster_id(&self) -> Option<Arc<str>> {
         Some(self.lock().cluster_id.as_str().into())
     }
@@ -364,12 +380,7 @@ impl MemoryTransport {
         token: FencingToken,
         value: Option<Vec<u8>>,
     ) -> TransportResult<i64> {
-        let minted = self
-            .minted
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(role)
-            .copied();
+        let minted = lock(&self.minted).get(role).copied();
         if minted != Some(token) {
             return Err(TransportError::NotMinted {
                 role: role.to_owned(),
@@ -416,10 +427,7 @@ impl Coordinator for MemoryTransport {
         state.current.insert(role.to_owned(), token);
         state.txn_states.insert(role.to_owned(), "Empty");
         drop(state);
-        self.minted
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(role.to_owned(), token);
+        lock(&self.minted).insert(role.to_owned(), token);
         Ok(token)
     }
 

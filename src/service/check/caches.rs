@@ -25,6 +25,7 @@ use moka::sync::Cache;
 
 use crate::bounded::{BoundedMap, HeapSize, allocated};
 use crate::coordination::FencingToken;
+use crate::sync::{read, write};
 
 /// What one entry of the superseded cache takes besides the allocations of
 /// its role name and state: moka's entry (the key and value behind `Arc`s,
@@ -90,19 +91,10 @@ impl Caches {
     /// to key entries by, `None` while it is unknown (nothing is cached then).
     pub fn cluster(&self, id: Option<Arc<str>>) -> Option<Cluster> {
         let id = id?;
-        if let Some(known) = self
-            .cluster
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-            .filter(|known| ***known == *id)
-        {
+        if let Some(known) = read(&self.cluster).as_ref().filter(|known| ***known == *id) {
             return Some(known.clone());
         }
-        let mut cluster = self
-            .cluster
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cluster = write(&self.cluster);
         match cluster.as_ref() {
             Some(known) if **known == *id => Some(known.clone()),
             known => {

@@ -21,6 +21,7 @@ use subtle::ConstantTimeEq;
 use super::problem::ApiError;
 use crate::service::AppState;
 use crate::service::config::AuthSettings;
+use crate::sync;
 
 type Digests = Arc<Vec<[u8; 32]>>;
 
@@ -74,10 +75,7 @@ impl ApiTokens {
     /// empty keeps the tokens loaded before.
     fn refresh(&self) {
         let modified = {
-            let mut seen = self
-                .seen
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut seen = sync::lock(&self.seen);
             if seen.0.elapsed() < RECHECK {
                 return;
             }
@@ -93,14 +91,8 @@ impl ApiTokens {
         match read(&self.path) {
             Ok((digests, _)) => {
                 tracing::info!(file = %self.path.display(), tokens = digests.len(), "API tokens reloaded");
-                *self
-                    .digests
-                    .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = digests;
-                self.seen
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .1 = modified;
+                *sync::write(&self.digests) = digests;
+                sync::lock(&self.seen).1 = modified;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "API tokens not reloaded; keeping the previous ones")
@@ -112,11 +104,7 @@ impl ApiTokens {
     pub fn accepts(&self, token: &str) -> bool {
         self.refresh();
         let presented = digest(token.as_bytes());
-        let digests = self
-            .digests
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let digests = sync::read(&self.digests).clone();
         // Every digest is compared, so the time does not say which matched.
         digests
             .iter()

@@ -789,3 +789,33 @@ async fn with_create_topic_the_service_creates_the_missing_topic() {
     let (status, _, body) = call(&rig.app, get("/readyz")).await;
     assert_eq!((status, body.get("note")), (StatusCode::OK, None), "{body}");
 }
+
+/// During start-up, while Kafka's first answer is still awaited, /readyz
+/// says why the client cannot reach it (the OS's reason) as soon as the
+/// client knows, not after the operation gives up.
+#[tokio::test]
+async fn while_kafka_is_unreachable_at_start_readyz_says_why_at_once() {
+    let cluster = MemoryCluster::new(4);
+    cluster.set_unreachable(Some("127.0.0.1:9092: Connection refused (os error 111)"));
+    let rig = rig_on(cluster.clone(), config());
+    let prober = tokio::spawn(rig.state.clone().probe_forever(Duration::from_secs(1)));
+    let body = within_5s("the reason in /readyz", async || {
+        let (status, _, body) = call(&rig.app, get("/readyz")).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        body["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("Connection refused"))
+            .then_some(body)
+    })
+    .await;
+    assert_eq!(
+        body["reason"],
+        "starting: cannot reach Kafka: 127.0.0.1:9092: Connection refused (os error 111)"
+    );
+    cluster.set_unreachable(None);
+    within_5s("ready once Kafka answers", async || {
+        (call(&rig.app, get("/readyz")).await.0 == StatusCode::OK).then_some(())
+    })
+    .await;
+    prober.abort();
+}

@@ -28,8 +28,10 @@ pub use tracker::{
 
 use super::check::Checker;
 use super::metrics::Metrics;
+use crate::backoff::{Backoff, Jitter};
 use crate::cluster::{Cluster, ClusterError, Tailed};
 use crate::coordination::{RoleState, role_partition};
+use crate::sync::{lock, read, write};
 use crate::time::Clock;
 
 /// How the watcher runs.
@@ -117,11 +119,6 @@ pub struct Watcher {
     search: Mutex<TopicSearch>,
 }
 
-fn lock(part: &Mutex<Part>) -> std::sync::MutexGuard<'_, Part> {
-    part.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 impl Watcher {
     /// A watcher of `config.topic`; it reads nothing until [`Watcher::run`].
     pub fn new(
@@ -153,10 +150,7 @@ impl Watcher {
     }
 
     fn parts(&self) -> Option<Parts> {
-        self.parts
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        read(&self.parts).clone()
     }
 
     /// The partition count, once the topic was found.
@@ -196,13 +190,7 @@ impl Watcher {
 
     /// Drops every role of the old parts (their series, the role count).
     fn reset(&self, parts: Option<Parts>) {
-        let old = std::mem::replace(
-            &mut *self
-                .parts
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-            parts,
-        );
+        let old = std::mem::replace(&mut *write(&self.parts), parts);
         for part in old.iter().flat_map(|p| p.iter()) {
             for role in lock(part).tracker.roles() {
                 self.role_metrics.remove(role);
@@ -224,20 +212,14 @@ impl Watcher {
 
     /// Where the search for the topic stands.
     pub fn topic_search(&self) -> TopicSearch {
-        self.search
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        lock(&self.search).clone()
     }
 
     fn set_search(&self, search: TopicSearch) {
         self.metrics
             .topic_exists
             .set(i64::from(search != TopicSearch::Absent));
-        *self
-            .search
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = search;
+        *lock(&self.search) = search;
     }
 
     /// The partition count, once the topic is readable and compacted. A
@@ -245,7 +227,11 @@ impl Watcher {
     /// it is looked for again until a candidate creates it (views show no
     /// role meanwhile, and checks work: they never read the topic).
     async fn layout(&self) -> i32 {
-        let mut delay = Duration::from_millis(200);
+        let mut backoff = Backoff::new(
+            Duration::from_millis(200),
+            Duration::from_secs(5),
+            Jitter::EQUAL,
+        );
         let mut told_absent = false;
         loop {
             let topic = &self.config.topic;
@@ -287,8 +273,7 @@ impl Watcher {
                     self.set_search(TopicSearch::Looking(Some(e.to_string())));
                 }
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(5));
+            tokio::time::sleep(backoff.next_delay()).await;
         }
     }
 

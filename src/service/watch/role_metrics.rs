@@ -12,6 +12,7 @@ use prometheus::{
 
 use super::status::RoleStatus;
 use crate::coordination::FencingToken;
+use crate::sync::lock;
 
 /// Most omitted role names remembered (to count each once).
 const MAX_OMITTED_KEPT: usize = 100_000;
@@ -160,9 +161,7 @@ impl RoleMetrics {
     }
 
     fn exported(&self) -> std::sync::MutexGuard<'_, Exported> {
-        self.exported
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.exported)
     }
 
     /// True when `role` has (or now gets) series; false past the limit.
