@@ -39,6 +39,15 @@ pub(crate) fn allocated(n: usize) -> u64 {
     ((((w >> (bits - 2)) + 1) * step) * WORD) as u64
 }
 
+/// What one entry of a moka cache takes besides the allocations its key
+/// and value own: the key and value behind `Arc`s, the entry's
+/// bookkeeping, its access-order deque node and its slot in the concurrent
+/// hash table, measured at 336 to 395 bytes with a counting allocator at
+/// 1,000 to 150,000 entries (a key of a `String` and a small tuple, a value
+/// of about 40 bytes), plus up to 16 bytes of the frequency sketch; rounded
+/// up.
+pub(crate) const MOKA_ENTRY_BYTES: u64 = 448;
+
 /// What a value holds on the heap beyond its own bytes (counted in the
 /// table's slot).
 pub(crate) trait HeapSize {

@@ -17,27 +17,20 @@
 //! one is used, and both are cleared.
 //!
 //! Both are bounded by the bytes their entries really take, everything
-//! counted (see [`SUPERSEDED_ENTRY_OVERHEAD`] and [`crate::bounded`]).
+//! counted (see [`crate::bounded`]).
 
 use std::sync::{Arc, RwLock};
 
 use moka::sync::Cache;
 
-use crate::bounded::{BoundedMap, HeapSize, allocated};
+use crate::bounded::{BoundedMap, HeapSize, MOKA_ENTRY_BYTES, allocated};
 use crate::coordination::FencingToken;
 use crate::sync::{read, write};
 
-/// What one entry of the superseded cache takes besides the allocations of
-/// its role name and state: moka's entry (the key and value behind `Arc`s,
-/// its bookkeeping, the access-order deque node, its slot in the concurrent
-/// hash table) measured at 336 to 395 bytes with a counting allocator at
-/// 1,000 to 150,000 entries, plus up to 16 bytes of its frequency sketch;
-/// rounded up.
-pub(crate) const SUPERSEDED_ENTRY_OVERHEAD: u64 = 448;
-
-/// The bytes a superseded entry is counted as.
+/// The bytes a superseded entry is counted as: its role name and state at
+/// their allocation sizes and moka's entry.
 pub(crate) fn superseded_entry_bytes(role: &str, by: &SupersededBy) -> u64 {
-    allocated(role.len()) + allocated(by.state.len()) + SUPERSEDED_ENTRY_OVERHEAD
+    allocated(role.len()) + allocated(by.state.len()) + MOKA_ENTRY_BYTES
 }
 
 /// A high-water mark holds nothing on the heap.
@@ -239,7 +232,7 @@ mod tests {
             let (entries, _) = caches.sizes();
             let per_entry = superseded / entries.max(1);
             assert!(
-                per_entry >= allocated(len) + SUPERSEDED_ENTRY_OVERHEAD,
+                per_entry >= allocated(len) + MOKA_ENTRY_BYTES,
                 "{len}: {per_entry} bytes per entry"
             );
         }
