@@ -13,6 +13,7 @@ mod cli;
 mod cluster;
 mod common;
 mod faults;
+mod fresh_install;
 mod guarded_sink;
 mod http_limits;
 mod kafka_transport;
