@@ -49,7 +49,10 @@ fn every_script_answers_help_with_its_usage_and_does_nothing_else() {
             != 0;
         if path.is_file() && executable {
             let name = format!("scripts/{}", path.file_name().unwrap().to_string_lossy());
-            assert!(SCRIPTS.contains(&name.as_str()), "{name} is not checked here");
+            assert!(
+                SCRIPTS.contains(&name.as_str()),
+                "{name} is not checked here"
+            );
         }
     }
     for script in SCRIPTS {
@@ -96,7 +99,10 @@ fn every_script_answers_help_with_its_usage_and_does_nothing_else() {
                 stdout.lines().count() >= 3 && stdout.contains(script),
                 "{script} {flag}: no usage naming it on stdout:\n{stdout}"
             );
-            assert!(stderr.is_empty(), "{script} {flag} said on stderr:\n{stderr}");
+            assert!(
+                stderr.is_empty(),
+                "{script} {flag} said on stderr:\n{stderr}"
+            );
             let left = files(&sandbox);
             assert!(left.is_empty(), "{script} {flag} left {left:?}");
             std::fs::remove_dir_all(&sandbox).unwrap();
