@@ -25,13 +25,13 @@ use axum::extract::{Extension, Json, State};
 use axum::http::StatusCode;
 use axum::routing::post;
 use clap::{Parser, ValueEnum};
-use krabka_authority::client::{AuthorityClient, AuthorityGuardLayer, Decision};
 use krabka_authority::coordination::FencingToken;
 use krabka_authority::kafka::{
     ClientConfig, DEFAULT_TOPIC, KafkaClient, KafkaTransport, TopicSpec, TransportConfig,
 };
 use krabka_authority::leadership::{self, Options};
 use krabka_authority::time::{Clock as _, SystemClock};
+use krabka_authority_client::{AuthorityClient, AuthorityGuardLayer, Decision};
 use serde::{Deserialize, Serialize};
 
 /// How the first holder leaves.

@@ -18,13 +18,14 @@
 //! - [`cluster`]: the seam of the service (what it asks of a cluster).
 //! - [`kafka`]: all Kafka I/O: the client, `KafkaTransport`, the settings.
 //! - [`service`]: the authority-check service.
-//! - `client` (feature `client`, on by default): an HTTP client of the
-//!   service and a guard layer for sinks.
+//!
+//! The token, the verdict, the problem body and the input rules are shared
+//! with the service's clients through the `krabka-authority-types` crate;
+//! the HTTP client and its tower guard are the `krabka-authority-client`
+//! crate, which depends on neither Kafka nor this server.
 //! - [`time`]: clocks and how instants are written.
 
 mod bounded;
-#[cfg(feature = "client")]
-pub mod client;
 pub mod cluster;
 pub mod coordination;
 pub mod kafka;

@@ -8,8 +8,6 @@ mod partition;
 mod record;
 mod state;
 mod succession;
-mod token;
-mod verdict;
 
 pub use partition::{PartitionError, murmur2, role_partition, to_positive};
 pub use record::{
@@ -18,8 +16,9 @@ pub use record::{
 };
 pub use state::{Applied, Change, LogRecord, Malformed, Member, PartitionState, RoleState};
 pub use succession::{Decision, SuccessionConfig, challenge_at, challenge_rank, evaluate};
-pub use token::{FencingToken, TokenError, TokenPart};
-pub use verdict::{Verdict, verdict};
+// The token and the verdict are spoken by the clients too: they live in
+// the types crate the service and its clients share.
+pub use krabka_authority_types::{FencingToken, TokenError, TokenPart, Verdict, verdict};
 
 #[cfg(test)]
 mod vectors;

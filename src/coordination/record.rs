@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use super::token::FencingToken;
+use super::FencingToken;
 
 const VERSION: i16 = 0;
 const KIND_REGISTRATION: i16 = 0;

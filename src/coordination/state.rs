@@ -383,10 +383,10 @@ impl PartitionState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coordination::FencingToken;
     use crate::coordination::record::{
         Key, Registration, encode_key, encode_lease, encode_registration,
     };
-    use crate::coordination::token::FencingToken;
 
     pub(crate) fn reg(offset: i64, role: &str, member: &str, at: i64) -> LogRecord {
         LogRecord {

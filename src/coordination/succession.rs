@@ -5,9 +5,9 @@
 //! InitProducerId is atomic, so even a simultaneous challenge by every
 //! standby leaves exactly one member with the newest epoch.
 
+use super::FencingToken;
 use super::record::Lease;
 use super::state::RoleState;
-use super::token::FencingToken;
 
 /// The timing a member runs with, in milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,7 +14,6 @@ mod clients;
 mod cluster;
 mod common;
 mod faults;
-#[cfg(feature = "client")]
 mod guarded_sink;
 mod http_limits;
 mod kafka_transport;

@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::problem::Problem;
+use super::problem::ApiError;
 use crate::service::AppState;
 use crate::service::config::AuthSettings;
 
@@ -158,7 +158,7 @@ impl Access {
 
 /// The 401 every refused request gets, whatever it asked for.
 pub fn unauthorized() -> Response {
-    let mut response = Problem::unauthorized().into_response();
+    let mut response = ApiError::unauthorized().into_response();
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         HeaderValue::from_static("Bearer realm=\"krabka-authority\""),

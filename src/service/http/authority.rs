@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::extract::{JsonBody, Role, Token, parse_token, validate_role};
-use super::problem::Problem;
+use super::problem::ApiError;
 use crate::cluster::ClusterError;
 use crate::coordination::{FencingToken, Verdict};
 use crate::service::AppState;
@@ -35,16 +35,16 @@ fn no_store(mut response: Response) -> Response {
 }
 
 /// The 503 of a check whose coordinator could not be asked in time.
-fn unavailable(state: &AppState, role: &str, e: &ClusterError) -> Problem {
+fn unavailable(state: &AppState, role: &str, e: &ClusterError) -> ApiError {
     tracing::warn!(role, error = %e, "authority check failed: the coordinator could not be asked");
-    Problem::unavailable(
+    ApiError::unavailable(
         format!("the transaction coordinator could not be asked about role {role:?}: {e}"),
         state.config.http.retry_after_secs(),
     )
 }
 
 /// Counts one answered check (or its problem) in the metrics.
-fn count(state: &AppState, answer: &Result<CheckAnswer, Problem>, started: Instant) {
+fn count(state: &AppState, answer: &Result<CheckAnswer, ApiError>, started: Instant) {
     let label = match answer {
         Ok(a) => {
             if a.cached {
@@ -52,7 +52,7 @@ fn count(state: &AppState, answer: &Result<CheckAnswer, Problem>, started: Insta
             }
             a.verdict.as_str()
         }
-        Err(p) if p.status == 503 => "unavailable",
+        Err(e) if e.status() == 503 => "unavailable",
         Err(_) => "invalid",
     };
     state.metrics.check(label, started.elapsed());
@@ -61,8 +61,8 @@ fn count(state: &AppState, answer: &Result<CheckAnswer, Problem>, started: Insta
 /// `GET /roles/{role}/authority?token=ID:EPOCH`.
 pub async fn get_authority(
     State(state): State<Arc<AppState>>,
-    role: Result<Role, Problem>,
-    token: Result<Token, Problem>,
+    role: Result<Role, ApiError>,
+    token: Result<Token, ApiError>,
 ) -> Response {
     let started = Instant::now();
     let answer = async {
@@ -134,11 +134,11 @@ pub struct BatchAnswer {
     pub cached: Option<bool>,
     /// What was wrong, for 400 and 503.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub problem: Option<Problem>,
+    pub problem: Option<super::problem::Problem>,
 }
 
 impl BatchAnswer {
-    fn of(item: CheckItem, answer: Result<CheckAnswer, Problem>) -> BatchAnswer {
+    fn of(item: CheckItem, answer: Result<CheckAnswer, ApiError>) -> BatchAnswer {
         match answer {
             Ok(a) => BatchAnswer {
                 status: status_of(&a).as_u16(),
@@ -152,7 +152,7 @@ impl BatchAnswer {
                 problem: None,
             },
             Err(problem) => BatchAnswer {
-                status: problem.status,
+                status: problem.status(),
                 role: item.role,
                 token: item.token,
                 verdict: None,
@@ -160,7 +160,7 @@ impl BatchAnswer {
                 state: None,
                 checked_at: None,
                 cached: None,
-                problem: Some(problem),
+                problem: Some(problem.into_problem()),
             },
         }
     }
@@ -173,16 +173,16 @@ pub struct BatchResponse {
     pub results: Vec<BatchAnswer>,
 }
 
-fn parse_item(item: &CheckItem) -> Result<(String, FencingToken), Problem> {
+fn parse_item(item: &CheckItem) -> Result<(String, FencingToken), ApiError> {
     let role = item
         .role
         .clone()
-        .ok_or_else(|| Problem::invalid("role", "the item has no role"))?;
+        .ok_or_else(|| ApiError::invalid("role", "the item has no role"))?;
     validate_role(&role)?;
     let token = item
         .token
         .as_deref()
-        .ok_or_else(|| Problem::invalid("token", "the item has no token"))?;
+        .ok_or_else(|| ApiError::invalid("token", "the item has no token"))?;
     Ok((role, parse_token(token)?))
 }
 
@@ -191,7 +191,7 @@ fn parse_item(item: &CheckItem) -> Result<(String, FencingToken), Problem> {
 /// own verdict.
 pub async fn post_check(
     State(state): State<Arc<AppState>>,
-    body: Result<JsonBody<Vec<CheckItem>>, Problem>,
+    body: Result<JsonBody<Vec<CheckItem>>, ApiError>,
 ) -> Response {
     let started = Instant::now();
     let items = match body {
@@ -200,13 +200,13 @@ pub async fn post_check(
     };
     let limit = state.config.http.max_check_items;
     if items.len() > limit {
-        return Problem::too_large(format!(
+        return ApiError::too_large(format!(
             "{} items; at most {limit} per request",
             items.len()
         ))
         .into_response();
     }
-    let parsed: Vec<Result<(String, FencingToken), Problem>> =
+    let parsed: Vec<Result<(String, FencingToken), ApiError>> =
         items.iter().map(parse_item).collect();
     let pairs: Vec<(String, FencingToken)> = parsed
         .iter()

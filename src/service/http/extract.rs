@@ -5,10 +5,13 @@ use axum::extract::{FromRequestParts, Path, Query};
 use axum::http::request::Parts;
 use serde::Deserialize;
 
-use super::problem::Problem;
-use crate::coordination::{FencingToken, MAX_STRING_LEN};
+pub use krabka_authority_types::{parse_token, validate_role};
 
-/// A role name: a Kafka transactional id, 1 to 32767 bytes.
+use super::problem::ApiError;
+use crate::coordination::FencingToken;
+
+/// A role name: a Kafka transactional id, 1 to 32767 bytes
+/// ([`validate_role`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Role(pub String);
 
@@ -16,40 +19,13 @@ pub struct Role(pub String);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Token(pub FencingToken);
 
-/// Checks a role name.
-pub fn validate_role(role: &str) -> Result<(), Problem> {
-    if role.is_empty() {
-        return Err(Problem::invalid("role", "the role is empty"));
-    }
-    if role.len() > MAX_STRING_LEN {
-        return Err(Problem::invalid(
-            "role",
-            format!(
-                "the role is {} bytes long; at most {MAX_STRING_LEN} are allowed",
-                role.len()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Parses a token, naming the wrong part.
-pub fn parse_token(text: &str) -> Result<FencingToken, Problem> {
-    text.parse::<FencingToken>().map_err(|e| {
-        Problem::invalid(
-            "token",
-            format!("{e}; a token looks like 4000:7 (<producer id>:<producer epoch>)"),
-        )
-    })
-}
-
 impl<S: Send + Sync> FromRequestParts<S> for Role {
-    type Rejection = Problem;
+    type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Role, Problem> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Role, ApiError> {
         let Path(role) = Path::<String>::from_request_parts(parts, state)
             .await
-            .map_err(|e| Problem::invalid("role", e.body_text()))?;
+            .map_err(|e| ApiError::invalid("role", e.body_text()))?;
         validate_role(&role)?;
         Ok(Role(role))
     }
@@ -61,14 +37,14 @@ struct TokenQuery {
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Token {
-    type Rejection = Problem;
+    type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Token, Problem> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Token, ApiError> {
         let Query(query) = Query::<TokenQuery>::from_request_parts(parts, state)
             .await
-            .map_err(|e| Problem::invalid("token", e.body_text()))?;
+            .map_err(|e| ApiError::invalid("token", e.body_text()))?;
         let text = query.token.ok_or_else(|| {
-            Problem::invalid(
+            ApiError::invalid(
                 "token",
                 "the token query parameter is missing; add ?token=<producer id>:<producer epoch>",
             )
@@ -119,15 +95,15 @@ impl<T> axum::extract::FromRequest<std::sync::Arc<crate::service::AppState>> for
 where
     T: serde::de::DeserializeOwned,
 {
-    type Rejection = Problem;
+    type Rejection = ApiError;
 
     async fn from_request(
         request: axum::extract::Request,
         state: &std::sync::Arc<crate::service::AppState>,
-    ) -> Result<JsonBody<T>, Problem> {
+    ) -> Result<JsonBody<T>, ApiError> {
         let limit = state.config.http.max_body_bytes;
         if !is_json(request.headers()) {
-            return Err(Problem::unsupported_media_type(
+            return Err(ApiError::unsupported_media_type(
                 "the body must be JSON: send Content-Type: application/json",
             ));
         }
@@ -137,7 +113,7 @@ where
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > limit as u64) {
-            return Err(Problem::too_large(format!(
+            return Err(ApiError::too_large(format!(
                 "the body is over the limit of {limit} bytes"
             )));
         }
@@ -145,15 +121,15 @@ where
             .await
             .map_err(|e| {
                 if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                    Problem::too_large(format!("the body is over the limit of {limit} bytes"))
+                    ApiError::too_large(format!("the body is over the limit of {limit} bytes"))
                 } else if timed_out(&e) {
-                    Problem::timeout("the body did not arrive within the request timeout")
+                    ApiError::timeout("the body did not arrive within the request timeout")
                 } else {
-                    Problem::invalid("body", e.body_text())
+                    ApiError::invalid("body", e.body_text())
                 }
             })?;
         serde_json::from_slice(&bytes)
             .map(JsonBody)
-            .map_err(|e| Problem::invalid("body", e.to_string()))
+            .map_err(|e| ApiError::invalid("body", e.to_string()))
     }
 }

@@ -31,7 +31,7 @@ use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use self::auth::Access;
-use self::problem::Problem;
+use self::problem::ApiError;
 use super::AppState;
 
 /// Lists every route once: the groups (by who may call them, and whether
@@ -104,19 +104,15 @@ async fn not_found(State(state): State<Arc<AppState>>, request: Request) -> Resp
     if auth::refused(&state, &request) {
         return auth::unauthorized();
     }
-    Problem::not_found("no such endpoint; see /openapi.yaml").into_response()
+    ApiError::not_found("no such endpoint; see /openapi.yaml").into_response()
 }
 
 async fn method_not_allowed(State(state): State<Arc<AppState>>, request: Request) -> Response {
     if auth::refused(&state, &request) {
         return auth::unauthorized();
     }
-    let mut problem =
-        Problem::not_found("this endpoint does not take that method; see /openapi.yaml");
-    problem.status = 405;
-    problem.title = "Method not allowed".into();
-    problem.kind = problem.kind.replace("not-found", "method-not-allowed");
-    problem.into_response()
+    ApiError::method_not_allowed("this endpoint does not take that method; see /openapi.yaml")
+        .into_response()
 }
 
 /// What every answer passes through, in one layer:
@@ -129,7 +125,7 @@ async fn edge(request: Request, next: axum::middleware::Next) -> Response {
     let mut response = if request.version() == axum::http::Version::HTTP_11
         && request.headers().get_all(header::HOST).iter().count() != 1
     {
-        Problem::invalid("Host", "an HTTP/1.1 request needs exactly one Host header")
+        ApiError::invalid("Host", "an HTTP/1.1 request needs exactly one Host header")
             .into_response()
     } else {
         next.run(request).await
@@ -151,7 +147,7 @@ async fn edge(request: Request, next: axum::middleware::Next) -> Response {
 
 fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
     tracing::error!("a handler panicked");
-    Problem::internal().into_response()
+    ApiError::internal().into_response()
 }
 
 /// The service's router over `state`.
@@ -183,7 +179,7 @@ pub fn router(state: Arc<AppState>) -> Router {
                     ServiceBuilder::new()
                         .layer(HandleErrorLayer::new(
                             move |_: tower::BoxError| async move {
-                                Problem::unavailable(
+                                ApiError::unavailable(
                                     format!("the request took longer than {timeout:?}"),
                                     retry_after,
                                 )

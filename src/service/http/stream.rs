@@ -20,7 +20,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, watch};
 
 use super::extract::Role;
-use super::problem::Problem;
+use super::problem::ApiError;
 use super::views::roster;
 use crate::service::AppState;
 use crate::service::watch::RoleEvent;
@@ -163,7 +163,7 @@ pub async fn role_events(
         Some(Ok(text)) => match text.parse::<i64>() {
             Ok(id) if id >= -1 => Some(id),
             _ => {
-                return Problem::invalid(
+                return ApiError::invalid(
                     "Last-Event-ID",
                     format!("{text:?} is not an event id (an offset)"),
                 )
@@ -171,12 +171,12 @@ pub async fn role_events(
             }
         },
         Some(Err(_)) => {
-            return Problem::invalid("Last-Event-ID", "not visible ASCII").into_response();
+            return ApiError::invalid("Last-Event-ID", "not visible ASCII").into_response();
         }
     };
     // The role's partition must be caught up: a snapshot must be whole.
     if let Err(why) = state.watcher.role(&role) {
-        return Problem::unavailable(why, state.config.http.retry_after_secs()).into_response();
+        return ApiError::unavailable(why, state.config.http.retry_after_secs()).into_response();
     }
     Sse::new(feed(state, role, last))
         .keep_alive(KeepAlive::default())

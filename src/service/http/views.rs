@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::extract::Role;
-use super::problem::Problem;
+use super::problem::ApiError;
 use crate::coordination::{FencingToken, challenge_at, challenge_rank};
 use crate::service::AppState;
 use crate::service::watch::{CoordinatorView, RoleStatus, RoleView};
@@ -198,9 +198,9 @@ pub(super) fn view_headers(headers: &mut HeaderMap, offset: i64, age_ms: u64) {
     headers.insert("x-krabka-view-age-ms", HeaderValue::from(age_ms));
 }
 
-fn unavailable(state: &AppState, why: &str) -> Problem {
+fn unavailable(state: &AppState, why: &str) -> ApiError {
     tracing::warn!(reason = %why, "roster view unavailable");
-    Problem::unavailable(
+    ApiError::unavailable(
         format!("the roster views are not ready: {why}"),
         state.config.http.retry_after_secs(),
     )
@@ -216,7 +216,7 @@ pub async fn get_role(State(state): State<Arc<AppState>>, Role(role): Role) -> R
             view_headers(response.headers_mut(), body.view.offset, body.view.age_ms);
             response
         }
-        Ok(None) => Problem::not_found(format!(
+        Ok(None) => ApiError::not_found(format!(
             "the coordination topic holds no record of role {role:?}"
         ))
         .into_response(),

@@ -19,7 +19,7 @@
 //!
 //! ```no_run
 //! use axum::{Router, routing::post};
-//! use krabka_authority::client::{AuthorityClient, AuthorityGuardLayer};
+//! use krabka_authority_client::{AuthorityClient, AuthorityGuardLayer};
 //!
 //! # fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let client = AuthorityClient::new("http://127.0.0.1:8080")?;
@@ -36,24 +36,29 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::BoxError;
-use axum::body::{Body, Bytes, HttpBody};
-use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
-use futures::future::BoxFuture;
-use tower::{Layer, Service};
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use http_body::Body as HttpBody;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use krabka_authority_types::{MAX_ROLE_BYTES, PROBLEM_BASE, PROBLEM_JSON, TOKEN_FORM};
+use tower::{BoxError, Layer, Service};
 
-use super::{AuthorityClient, Decision, Outcome, Problem, Undecided, Verdict};
-use crate::coordination::FencingToken;
+use super::{AuthorityClient, Decision, FencingToken, Outcome, Problem, Undecided, Verdict};
+
+/// The body of a guarded service's responses: the inner service's body, or
+/// the guard's own problem JSON. axum takes it as is (`Response<GuardBody>`
+/// is `IntoResponse`).
+pub type GuardBody = UnsyncBoxBody<Bytes, BoxError>;
+
+type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
 /// The header naming the writer's role (`Krabka-Role`).
 pub const ROLE_HEADER: HeaderName = HeaderName::from_static("krabka-role");
 /// The header carrying the writer's fencing token (`Krabka-Token`,
 /// `<producer id>:<producer epoch>`).
 pub const TOKEN_HEADER: HeaderName = HeaderName::from_static("krabka-token");
-
-const PROBLEM_JSON: &str = "application/problem+json";
-const MAX_ROLE_BYTES: usize = 32_767;
 
 #[derive(Clone, Debug)]
 struct GuardConfig {
@@ -131,9 +136,9 @@ where
     ResBody: HttpBody<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    type Response = Response<Body>;
+    type Response = Response<GuardBody>;
     type Error = S::Error;
-    type Future = BoxFuture<'static, Result<Response<Body>, S::Error>>;
+    type Future = BoxFuture<Result<Response<GuardBody>, S::Error>>;
 
     /// Always ready: the inner service's readiness is awaited after the
     /// check, so a slow check holds no slot of the inner service.
@@ -160,7 +165,7 @@ where
                     request.extensions_mut().insert(decision);
                     poll_fn(|cx| inner.poll_ready(cx)).await?;
                     let response = inner.call(request).await?;
-                    Ok(response.map(Body::new))
+                    Ok(response.map(|body| body.map_err(Into::into).boxed_unsync()))
                 }
                 Outcome::Decided(decision) => {
                     tracing::debug!(role, %token, verdict = %decision.verdict, "guard: refused a write");
@@ -251,17 +256,17 @@ fn credentials(
             "the Krabka-Token header is missing; send the writer's fencing token, <producer id>:<producer epoch>".into(),
         ));
     };
-    let token = text.parse::<FencingToken>().map_err(|e| {
-        invalid(
-            "Krabka-Token",
-            format!("{e}; a token looks like 4000:7 (<producer id>:<producer epoch>)"),
-        )
-    })?;
+    let token = text
+        .parse::<FencingToken>()
+        .map_err(|e| invalid("Krabka-Token", format!("{e}; {TOKEN_FORM}")))?;
     Ok((role, token))
 }
 
-fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Body> {
-    let mut response = Response::new(Body::from(body.to_string()));
+fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<GuardBody> {
+    let body = Full::new(Bytes::from(body.to_string()))
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    let mut response = Response::new(body);
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
@@ -269,7 +274,7 @@ fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Body>
     response
 }
 
-fn problem_response(problem: &Problem, retry_after: Option<Duration>) -> Response<Body> {
+fn problem_response(problem: &Problem, retry_after: Option<Duration>) -> Response<GuardBody> {
     let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::BAD_REQUEST);
     let body = serde_json::to_value(problem).unwrap_or_default();
     let mut response = json_response(status, &body);
@@ -282,9 +287,9 @@ fn problem_response(problem: &Problem, retry_after: Option<Duration>) -> Respons
 }
 
 /// 409: the writer is not the role's authority, with the verdict's reason.
-fn refused(decision: &Decision) -> Response<Body> {
+fn refused(decision: &Decision) -> Response<GuardBody> {
     let body = serde_json::json!({
-        "type": "urn:krabka-authority:problem:not-authoritative",
+        "type": format!("{PROBLEM_BASE}not-authoritative"),
         "title": "Not the role's authority",
         "status": 409,
         "detail": decision.to_string(),
@@ -301,15 +306,8 @@ fn refused(decision: &Decision) -> Response<Body> {
 }
 
 /// 503: no verdict; the writer may retry after the wait.
-fn undecided(why: &Undecided, wait: Duration) -> Response<Body> {
-    let problem = Problem {
-        kind: "urn:krabka-authority:problem:undecided".into(),
-        title: "Authority undecided".into(),
-        status: 503,
-        detail: why.to_string(),
-        field: None,
-        retry_after: None,
-    };
+fn undecided(why: &Undecided, wait: Duration) -> Response<GuardBody> {
+    let problem = Problem::new("undecided", "Authority undecided", 503, why.to_string());
     problem_response(&problem, Some(wait))
 }
 

@@ -373,13 +373,12 @@ async fn requests_carry_the_bearer_and_an_encoded_role_under_the_base_path() {
         Outcome::Undecided(Undecided::Status { status: 401, .. })
     ));
 
-    for bad in [
-        "https://x",
-        "ftp://x",
-        "not a url",
-        "http://x/?q=1",
-        "http://u:p@x",
-    ] {
+    assert_eq!(
+        AuthorityClient::new("https://x").is_ok(),
+        cfg!(feature = "tls"),
+        "https needs the tls feature"
+    );
+    for bad in ["ftp://x", "not a url", "http://x/?q=1", "http://u:p@x"] {
         assert!(AuthorityClient::new(bad).is_err(), "{bad}");
     }
 }
@@ -489,7 +488,7 @@ async fn large_batches_are_split_and_the_memory_stays_within_its_bound() {
             .all(|o| o.verdict() == Some(Verdict::Superseded))
     );
     assert_eq!(seen.load(Ordering::SeqCst), 3_000);
-    let (entries, weight) = client.superseded_memory_usage().await;
+    let (entries, weight) = client.superseded_memory_usage();
     eprintln!("superseded memory: {entries} entries weighing {weight} of {bound} bytes");
     assert!(weight <= bound, "{weight} > {bound}");
     assert!(entries > 100 && entries < 3_000, "{entries}");
@@ -643,4 +642,75 @@ async fn the_guard_refuses_missing_or_malformed_credentials_with_400() {
         (status, &body["field"]),
         (StatusCode::BAD_REQUEST, &json!("Krabka-Role"))
     );
+}
+
+/// Serves `router` over TLS with a fresh self-signed certificate for
+/// `localhost`; returns its base URL and the certificate's PEM.
+#[cfg(feature = "tls")]
+async fn serve_tls(router: Router) -> (String, String) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::service::TowerToHyperService;
+
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("a cert");
+    let pem = cert.cert.pem();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der())
+        .expect("a key");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .expect("a server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let port = listener.local_addr().expect("an address").port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, router) = (acceptor.clone(), router.clone());
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router))
+                    .await;
+            });
+        }
+    });
+    (format!("https://localhost:{port}"), pem)
+}
+
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn an_https_service_is_checked_when_its_ca_is_trusted_and_undecided_otherwise() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let (url, ca) = serve_tls(fake_service(hits.clone())).await;
+    let trusting = AuthorityClient::builder(&url)
+        .ca_certificates_pem(ca.as_bytes())
+        .expect("a PEM")
+        .deadline(Duration::from_secs(3))
+        .build()
+        .expect("a client");
+    let outcome = trusting.check("orders", t("1:1")).await;
+    assert!(outcome.is_authoritative(), "{outcome}");
+
+    let untrusting = client(&url);
+    let outcome = untrusting.check("orders", t("1:1")).await;
+    assert!(
+        matches!(outcome, Outcome::Undecided(Undecided::Transport(_))),
+        "an untrusted certificate is undecided, never a yes: {outcome}"
+    );
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "only the trusting client got through"
+    );
+
+    assert!(matches!(
+        AuthorityClient::builder(&url).ca_certificates_pem(b"not a pem"),
+        Err(ClientError::CaCertificate(_))
+    ));
 }

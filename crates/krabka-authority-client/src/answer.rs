@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::coordination::FencingToken;
-pub use crate::coordination::Verdict;
-pub use crate::service::http::problem::Problem;
+use krabka_authority_types::{FencingToken, Problem, Verdict};
 
 /// A verdict with its reason: what the coordinator's current pair was.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

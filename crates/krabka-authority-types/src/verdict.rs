@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::FencingToken;
+use crate::FencingToken;
 
 /// The answer to "is this token the role's authority now?".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -19,58 +19,77 @@
 //!
 //! The memory of superseded verdicts is bounded by bytes
 //! ([`AuthorityClientBuilder::superseded_memory`], 1 MiB by default): an
-//! entry weighs its role's length plus about 240 bytes (200 for the key and
-//! moka's bookkeeping, the rest the instant and state kept), so the default
-//! holds about 4,000 entries of short role names. Past the bound moka
-//! evicts the least useful entries; an evicted verdict only costs a request.
-//!
-//! The client speaks plain HTTP/1.1 (reqwest without TLS): run it next to
-//! the service or behind a TLS-terminating sidecar.
+//! entry weighs its role's length plus about 240 bytes (200 for the table
+//! slot and the allocations, the rest the instant and state kept), so the
+//! default holds about 4,000 entries of short role names. When full, half
+//! of it is dropped; a dropped verdict only costs a request.
 //!
 //! [`AuthorityGuardLayer`] is a tower layer for HTTP services (axum or any
 //! tower stack) that lets a request through only when its writer's token is
 //! authoritative now: see [`guard`](AuthorityGuardLayer).
 //!
-//! ```no_run
-//! use krabka_authority::client::AuthorityClient;
-//! use krabka_authority::coordination::FencingToken;
+//! # Using it
 //!
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let client = AuthorityClient::builder("http://127.0.0.1:8080")
-//!     .bearer_token("s3cret")
-//!     .build()?;
-//! let token: FencingToken = "4000:7".parse()?;
-//! let outcome = client.check("orders", token).await;
-//! if !outcome.is_authoritative() {
-//!     eprintln!("refusing the write: {outcome}");
+//! The crate needs no Kafka and no server: reqwest, tower and the small
+//! `krabka-authority-types` (token, verdict, problem). It is not on
+//! crates.io; depend on it by path or by git:
+//!
+//! ```toml
+//! [dependencies]
+//! krabka-authority-client = { path = "../krabka-authority/crates/krabka-authority-client" }
+//! # or: { git = "<the repository's URL>", package = "krabka-authority-client" }
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! ```
+//!
+//! Feature `tls` (on by default) lets the client reach `https://` service
+//! URLs (reqwest's rustls, the platform's trust store, and the CAs given to
+//! [`AuthorityClientBuilder::ca_certificates_pem`]). With
+//! `default-features = false` the client speaks plain HTTP: run it beside
+//! the service or behind a TLS-terminating sidecar.
+//!
+//! ```no_run
+//! use krabka_authority_client::{AuthorityClient, FencingToken};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let client = AuthorityClient::builder("http://127.0.0.1:8080")
+//!         .bearer_token("s3cret")
+//!         .build()?;
+//!     // The writer's token, as its leader-election client got it.
+//!     let token: FencingToken = "4000:7".parse()?;
+//!     let outcome = client.check("orders", token).await;
+//!     if outcome.is_authoritative() {
+//!         println!("accepting the write");
+//!     } else {
+//!         // superseded, vacant, unknown, invalid or undecided: refuse.
+//!         eprintln!("refusing the write: {outcome}");
+//!     }
+//!     Ok(())
 //! }
-//! # Ok(()) }
 //! ```
 
 mod answer;
 mod guard;
+mod memory;
 #[cfg(test)]
 mod tests;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use moka::future::Cache;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
 use reqwest::{StatusCode, Url};
 use tokio::time::Instant;
 
-pub use answer::{Decision, Outcome, Problem, Undecided, Verdict};
-pub use guard::{AuthorityGuard, AuthorityGuardLayer, ROLE_HEADER, TOKEN_HEADER};
+pub use answer::{Decision, Outcome, Undecided};
+pub use guard::{AuthorityGuard, AuthorityGuardLayer, GuardBody, ROLE_HEADER, TOKEN_HEADER};
+pub use krabka_authority_types::{FencingToken, Problem, TokenError, Verdict};
 
-use crate::coordination::FencingToken;
+use krabka_authority_types::validate_role;
+use memory::{Remembered, SupersededMemory};
 
 /// The default bound of the superseded memory, in weighed bytes.
 pub const DEFAULT_SUPERSEDED_MEMORY: u64 = 1 << 20;
-/// What an entry weighs besides its strings (key, moka's bookkeeping).
-const ENTRY_OVERHEAD: usize = 200;
-/// The longest role the service takes (a Kafka transactional id).
-const MAX_ROLE_BYTES: usize = 32_767;
 /// The shortest wait before retrying a 503, so `Retry-After: 0` cannot spin.
 const MIN_RETRY_WAIT: Duration = Duration::from_millis(50);
 /// The largest body of a single check's answer (two echoes of a role at
@@ -93,6 +112,10 @@ pub enum ClientError {
     /// The bearer token cannot be sent in a header.
     #[error("invalid bearer token: it must be visible ASCII")]
     BearerToken,
+    /// A CA certificate does not parse as PEM.
+    #[cfg(feature = "tls")]
+    #[error("invalid CA certificate: {0}")]
+    CaCertificate(String),
     /// reqwest refused the configuration.
     #[error("cannot build the HTTP client: {0}")]
     Http(#[source] reqwest::Error),
@@ -109,6 +132,8 @@ pub struct AuthorityClientBuilder {
     default_retry_after: Duration,
     superseded_memory: u64,
     max_batch_items: usize,
+    #[cfg(feature = "tls")]
+    ca_certificates: Vec<reqwest::Certificate>,
 }
 
 impl std::fmt::Debug for AuthorityClientBuilder {
@@ -176,6 +201,22 @@ impl AuthorityClientBuilder {
         self
     }
 
+    /// Trusts the CA certificates in `pem` (one or more PEM blocks) for an
+    /// `https://` service, besides the platform's trust store: a service
+    /// behind a private CA, as in most clusters.
+    #[cfg(feature = "tls")]
+    pub fn ca_certificates_pem(mut self, pem: &[u8]) -> Result<Self, ClientError> {
+        let certs = reqwest::Certificate::from_pem_bundle(pem)
+            .map_err(|e| ClientError::CaCertificate(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(ClientError::CaCertificate(
+                "no PEM certificate block found".into(),
+            ));
+        }
+        self.ca_certificates.extend(certs);
+        Ok(self)
+    }
+
     /// Checks the settings and builds the client.
     pub fn build(self) -> Result<AuthorityClient, ClientError> {
         let base = parse_base(&self.base_url)?;
@@ -196,15 +237,11 @@ impl AuthorityClientBuilder {
             .user_agent(concat!(
                 "krabka-authority-client/",
                 env!("CARGO_PKG_VERSION")
-            ))
-            .build()
-            .map_err(ClientError::Http)?;
-        let superseded = Cache::builder()
-            .max_capacity(self.superseded_memory)
-            .weigher(|role: &(String, FencingToken), seen: &Remembered| {
-                u32::try_from(role.0.len() + seen.weight()).unwrap_or(u32::MAX)
-            })
-            .build();
+            ));
+        #[cfg(feature = "tls")]
+        let http = http.tls_certs_merge(self.ca_certificates.iter().cloned());
+        let http = http.build().map_err(ClientError::Http)?;
+        let superseded = SupersededMemory::new(self.superseded_memory);
         Ok(AuthorityClient {
             inner: Arc::new(Inner {
                 http,
@@ -228,12 +265,14 @@ fn parse_base(text: &str) -> Result<Url, ClientError> {
     let url = Url::parse(text).map_err(|e| invalid(&e.to_string()))?;
     match url.scheme() {
         "http" => {}
+        "https" if cfg!(feature = "tls") => {}
         "https" => {
             return Err(invalid(
-                "this client speaks plain HTTP only (built without TLS); use a TLS-terminating sidecar",
+                "this client was built without the `tls` feature, so it speaks plain HTTP only; \
+                 enable the feature or use a TLS-terminating sidecar",
             ));
         }
-        _ => return Err(invalid("the scheme must be http")),
+        _ => return Err(invalid("the scheme must be http or https")),
     }
     if url.cannot_be_a_base() || url.host().is_none() {
         return Err(invalid("no host to send requests to"));
@@ -245,21 +284,6 @@ fn parse_base(text: &str) -> Result<Url, ClientError> {
         return Err(invalid("put credentials in bearer_token, not in the URL"));
     }
     Ok(url)
-}
-
-/// A superseded verdict as remembered: what the service said when it found
-/// the token superseded.
-#[derive(Clone, Debug)]
-struct Remembered {
-    current: FencingToken,
-    state: Option<String>,
-    checked_at: String,
-}
-
-impl Remembered {
-    fn weight(&self) -> usize {
-        ENTRY_OVERHEAD + self.checked_at.len() + self.state.as_ref().map_or(0, String::len)
-    }
 }
 
 /// A client of the authority-check service. Cheap to clone: clones share
@@ -277,7 +301,7 @@ struct Inner {
     deadline: Duration,
     default_retry_after: Duration,
     max_batch_items: usize,
-    superseded: Cache<(String, FencingToken), Remembered>,
+    superseded: SupersededMemory,
 }
 
 impl std::fmt::Debug for AuthorityClient {
@@ -288,7 +312,7 @@ impl std::fmt::Debug for AuthorityClient {
             .field("bearer", &inner.bearer.as_ref().map(|_| "<redacted>"))
             .field("request_timeout", &inner.request_timeout)
             .field("deadline", &inner.deadline)
-            .field("superseded_entries", &inner.superseded.entry_count())
+            .field("superseded_entries", &inner.superseded.usage().0)
             .finish_non_exhaustive()
     }
 }
@@ -316,6 +340,8 @@ impl AuthorityClient {
             default_retry_after: Duration::from_secs(1),
             superseded_memory: DEFAULT_SUPERSEDED_MEMORY,
             max_batch_items: 1000,
+            #[cfg(feature = "tls")]
+            ca_certificates: Vec::new(),
         }
     }
 
@@ -329,12 +355,9 @@ impl AuthorityClient {
         self.inner.base.as_str()
     }
 
-    /// Superseded verdicts remembered now, and their weight in bytes (after
-    /// moka's pending housekeeping, which runs here).
-    pub async fn superseded_memory_usage(&self) -> (u64, u64) {
-        let cache = &self.inner.superseded;
-        cache.run_pending_tasks().await;
-        (cache.entry_count(), cache.weighted_size())
+    /// Superseded verdicts remembered now, and their weight in bytes.
+    pub fn superseded_memory_usage(&self) -> (u64, u64) {
+        self.inner.superseded.usage()
     }
 
     /// Is `token` the authority of `role` now? Within the client's default
@@ -475,7 +498,7 @@ impl AuthorityClient {
             }
             attempts += 1;
             let chunks = self.chunks(items, &pending);
-            let answers = futures::future::join_all(
+            let answers = futures_util::future::join_all(
                 chunks
                     .iter()
                     .map(|chunk| self.batch_attempt(items, chunk, remaining)),
@@ -645,7 +668,7 @@ impl AuthorityClient {
     }
 
     async fn recall(&self, role: &str, token: FencingToken) -> Option<Decision> {
-        let seen = self.inner.superseded.get(&(role.to_owned(), token)).await?;
+        let seen = self.inner.superseded.get(role, token)?;
         Some(Decision {
             role: role.to_owned(),
             token,
@@ -670,8 +693,7 @@ impl AuthorityClient {
             };
             self.inner
                 .superseded
-                .insert((decision.role.clone(), decision.token), seen)
-                .await;
+                .insert(decision.role.clone(), decision.token, seen);
         }
     }
 }
@@ -730,17 +752,8 @@ fn deadline_after(budget: Duration) -> Instant {
 
 /// What the client refuses before asking: the service would answer 400.
 fn refuse_locally(role: &str, token: FencingToken) -> Option<Problem> {
-    if role.is_empty() {
-        return Some(Problem::invalid("role", "the role is empty"));
-    }
-    if role.len() > MAX_ROLE_BYTES {
-        return Some(Problem::invalid(
-            "role",
-            format!(
-                "the role is {} bytes long; at most {MAX_ROLE_BYTES} are allowed",
-                role.len()
-            ),
-        ));
+    if let Err(problem) = validate_role(role) {
+        return Some(problem);
     }
     if !token.minted() {
         return Some(Problem::invalid(
