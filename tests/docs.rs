@@ -109,3 +109,35 @@ fn every_script_answers_help_with_its_usage_and_does_nothing_else() {
         }
     }
 }
+
+#[test]
+fn every_command_of_the_readme_and_docs_is_run_by_a_test() {
+    let out = Command::new(repo().join("scripts/doc-commands"))
+        .arg("check")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_smoke_run_finds_the_readmes_first_verdict() {
+    // scripts/run --smoke runs what `doc-commands curl` lists: the README's
+    // first verdict, with the token scripts/run prints, is among them.
+    let out = Command::new(repo().join("scripts/doc-commands"))
+        .arg("curl")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let listed = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("200") && l.contains("authority?token=$TOKEN")),
+        "{listed}"
+    );
+}

@@ -1,9 +1,10 @@
 """What kubeconform cannot see in the rendered chart (run by scripts/check-deploy).
 
-    chart_semantics.py README.md RENDERED.yaml...
+    chart_semantics.py docs/operations.md RENDERED.yaml...
 
 The CRDs' structure (ServiceMonitor, PrometheusRule), the drain/grace
-relation, every KRABKA_* variable of README's Configuration table set.
+relation, every KRABKA_* variable of the Configuration table (in
+docs/operations.md) set.
 Prints one summary line per file and each error; exits 1 on any error.
 Needs PyYAML.
 """
