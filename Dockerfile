@@ -5,7 +5,7 @@
 #   docker build -t krabka-authority:0.1.0 .
 #   docker run --rm -p 8080:8080 -e KRABKA_BOOTSTRAP_SERVERS=kafka:9092 krabka-authority:0.1.0
 #
-# Every setting is a KRABKA_* environment variable (README.md, Configuration).
+# Every setting is a KRABKA_* environment variable (docs/operations.md, Configuration).
 # The image holds the binary alone: no shell, no package manager.
 
 # ---- build -----------------------------------------------------------------

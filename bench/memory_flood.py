@@ -12,7 +12,7 @@ service in release mode and runs it with the chart's defaults (the
 binary's, and the chart's 256 MiB memory limit in mind), then prints the
 process's RSS and the bytes the caches account for, every 10,000 names.
 The caches must plateau at their bounds; RSS must stay well under the
-chart's limit. docs/operations-door.md (Memory) has the figures and the
+chart's limit. docs/operations.md (Memory) has the figures and the
 formula.
 """
 

@@ -10,6 +10,7 @@
 )]
 
 mod cli;
+mod clients;
 mod cluster;
 mod common;
 mod faults;

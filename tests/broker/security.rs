@@ -683,7 +683,7 @@ async fn the_service_works_with_exactly_the_documented_acls_and_a_missing_one_is
     let admin = KafkaClient::new(common::config_for(&broker.plaintext)).unwrap();
     let topic = common::topic_on(&broker.plaintext, "acl-topic", 2).await;
     let prefix = unique("lp");
-    // Exactly the README's list: Describe on the roles' transactional ids,
+    // Exactly the list of docs/operations.md (Security): Describe on the roles' transactional ids,
     // Read and Describe on the topic. No Write, no DescribeConfigs.
     tokio::task::block_in_place(|| {
         acl(

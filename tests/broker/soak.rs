@@ -7,7 +7,7 @@
 //! checks/s, a failover every 10 s):
 //!
 //! ```sh
-//! KRABKA_SOAK_SECONDS=180 KRABKA_SOAK_RATE=2000 scripts/test --test broker soak -- --nocapture
+//! KRABKA_SOAK_SECONDS=180 KRABKA_SOAK_RATE=2000 scripts/test --soak
 //! ```
 
 use std::process::{Child, Command, Stdio};
