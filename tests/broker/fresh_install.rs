@@ -5,103 +5,38 @@
 //! `--create-topic` the service creates the topic itself, compacted, with
 //! the partitions of its flags.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use krabka_authority::kafka::{KafkaTransport, TopicSpec, TransportConfig};
 use krabka_authority::leadership::acquire;
-use serde_json::Value;
 
-use crate::common::{bootstrap, client, unique};
-use crate::leadership::fast_options;
+use crate::support::broker::{bootstrap, client};
+use crate::support::leadership::fast_options;
+use crate::support::process::{Served, binary, free_port};
+use crate::support::unique;
 
 /// `serve` as the chart runs it (its environment: JSON logs, the shutdown
 /// delay, the binary's defaults for the rest), on a free port.
-struct Served {
-    child: Child,
-    url: String,
-    log: PathBuf,
-}
-
-impl Served {
-    fn start(topic: &str, extra: &[&str]) -> Served {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(unique("fresh") + ".log");
-        let child = Command::new(env!("CARGO_BIN_EXE_krabka-authority"))
-            .arg("serve")
-            .args(extra)
-            .env("KRABKA_BOOTSTRAP_SERVERS", bootstrap())
-            .env("KRABKA_TOPIC", topic)
-            .env("KRABKA_LISTEN", format!("127.0.0.1:{port}"))
-            .env("KRABKA_LOG_FORMAT", "json")
-            .env("KRABKA_SHUTDOWN_DELAY", "5s")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("the binary runs");
-        Served {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn get(&self, path: &str) -> (u16, Value) {
-        match reqwest::get(format!("{}{path}", self.url)).await {
-            Ok(response) => {
-                let status = response.status().as_u16();
-                (status, response.json().await.unwrap_or(Value::Null))
-            }
-            Err(_) => (0, Value::Null),
-        }
-    }
-
-    /// Polls `path` until `accept` takes the answer; panics after `limit`.
-    async fn until(
-        &self,
-        path: &str,
-        limit: Duration,
-        accept: impl Fn(u16, &Value) -> bool,
-    ) -> Value {
-        let started = Instant::now();
-        loop {
-            let (status, body) = self.get(path).await;
-            if accept(status, &body) {
-                return body;
-            }
-            assert!(
-                started.elapsed() < limit,
-                "{path}: last {status} {body} after {limit:?}; log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
-    }
+fn serve(topic: &str, extra: &[&str]) -> Served {
+    let port = free_port();
+    let mut command = binary();
+    command
+        .arg("serve")
+        .args(extra)
+        .env("KRABKA_BOOTSTRAP_SERVERS", bootstrap())
+        .env("KRABKA_TOPIC", topic)
+        .env("KRABKA_LISTEN", format!("127.0.0.1:{port}"))
+        .env("KRABKA_LOG_FORMAT", "json")
+        .env("KRABKA_SHUTDOWN_DELAY", "5s")
+        .env("RUST_LOG", "info");
+    Served::spawn(command, port, "fresh")
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fresh_install_without_the_topic_ends_ready_and_sees_the_first_candidate() {
     let topic = unique("fresh-install");
-    let served = Served::start(&topic, &[]);
+    let served = serve(&topic, &[]);
     let started = Instant::now();
     let ready = served
         .until("/readyz", Duration::from_secs(30), |s, _| s == 200)
@@ -195,7 +130,7 @@ async fn a_fresh_install_without_the_topic_ends_ready_and_sees_the_first_candida
 #[tokio::test(flavor = "multi_thread")]
 async fn with_create_topic_the_service_creates_it_compacted_with_its_partitions() {
     let topic = unique("fresh-create");
-    let served = Served::start(
+    let served = serve(
         &topic,
         &[
             "--create-topic",

@@ -2,8 +2,9 @@
 //! and a real `serve` process: after a failover the deposed member's writes
 //! are refused and the new holder's accepted, with exact counts.
 
-use crate::clients::Served;
-use crate::common::{bootstrap, topic, unique};
+use crate::support::broker::{bootstrap, topic};
+use crate::support::process::Served;
+use crate::support::unique;
 
 /// The example itself, so the test runs exactly its logic.
 #[path = "../../examples/guarded_sink.rs"]

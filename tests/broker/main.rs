@@ -12,7 +12,6 @@
 mod cli;
 mod clients;
 mod cluster;
-mod common;
 mod faults;
 mod fresh_install;
 mod guarded_sink;
@@ -25,4 +24,5 @@ mod service;
 mod soak;
 mod split_brain;
 mod status_page;
+mod support;
 mod watcher;

@@ -12,81 +12,19 @@
 //! Go module and build caches, ~/.m2), so only a first run downloads.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 use krabka_authority::coordination::FencingToken;
 use krabka_authority::transport::Coordinator;
 
-use crate::common::{bootstrap, topic, transport, unique};
+use crate::support::broker::{topic, transport};
+use crate::support::process::Served;
+use crate::support::{repo, unique};
 
 mod go;
 mod java;
 mod python;
-
-/// A `serve` process on a free port, killed when dropped (even by a panic).
-pub struct Served {
-    child: Child,
-    pub url: String,
-    log: PathBuf,
-}
-
-impl Served {
-    /// Starts `serve` on `topic` and waits until `/readyz` says ready.
-    pub async fn start(topic: &str) -> Served {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(unique("serve") + ".log");
-        let child = Command::new(env!("CARGO_BIN_EXE_krabka-authority"))
-            .args([
-                "serve",
-                "--bootstrap-servers",
-                &bootstrap(),
-                "--topic",
-                topic,
-            ])
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--request-timeout", "3s", "--kafka-operation-timeout", "2s"])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("the binary runs");
-        let served = Served {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            log,
-        };
-        let started = Instant::now();
-        loop {
-            if let Ok(r) = reqwest::get(format!("{}/readyz", served.url)).await
-                && r.status() == 200
-            {
-                return served;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "serve was not ready within 30 s; its log:\n{}",
-                served.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
-    }
-}
 
 /// A live service and a role with two tokens minted in turn: `current`
 /// holds it, `old` is superseded.
@@ -154,12 +92,12 @@ pub fn cache_dir(name: &str) -> PathBuf {
 
 /// This module's folder in the repository (the programs and configs).
 pub fn here() -> PathBuf {
-    crate::common::repo().join("tests/broker/clients")
+    repo().join("tests/broker/clients")
 }
 
 /// The contract itself.
 pub fn document() -> PathBuf {
-    crate::common::repo().join("openapi/openapi.yaml")
+    repo().join("openapi/openapi.yaml")
 }
 
 /// stdout and stderr together.

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use super::{Live, arg, cache_dir, check, document, here, run, said, work_dir};
-use crate::common::unique;
+use crate::support::unique;
 
 const GENERATOR: &str = "openapi-python-client";
 const GENERATOR_VERSION: &str = "0.29.1";
