@@ -40,8 +40,8 @@ import http.client
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness import (BIN, CLUSTER_HEADING, CONCURRENCY, KAFKA, ROLES, ROOT, SECONDS, WARMUP,
-                     Service, check_paths, cpu_seconds, fmt, http_json, kafka, machine,
+from harness import (BIN, CLUSTER_HEADING, CONCURRENCY, KAFKA, ROLES, ROOT, SECONDS, TARGET,
+                     WARMUP, Service, check_paths, cpu_seconds, fmt, http_json, kafka, machine,
                      metric_sum, output, read_roles, run, say, versions, wrk, wrk_command,
                      wrk_env, wrk_result, write_doc)
 
@@ -50,7 +50,7 @@ SINGLE = "bench-cluster-single"
 BROKERS = 3
 TOPIC = "bench-coordination"
 BEFORE = os.environ.get("BENCH_BEFORE", "dfb26ea")
-RESULTS = ROOT / "target/bench-cluster-results.json"
+RESULTS = TARGET / "bench-cluster-results.json"
 
 HANG_S = 20          # how long the coordinator is SIGSTOPped
 KILL_S = 15          # how long the killed coordinator stays down
@@ -136,7 +136,7 @@ def build_before():
     if os.environ.get("BENCH_BEFORE_BIN"):
         return Path(os.environ["BENCH_BEFORE_BIN"])
     rev = output(["git", "rev-parse", "--short", BEFORE])
-    base = ROOT / "target/bench-before" / rev
+    base = TARGET / "bench-before" / rev
     src = base / "src"
     if not (src / "Cargo.toml").exists():
         src.mkdir(parents=True, exist_ok=True)
@@ -155,7 +155,7 @@ def stop_instance(name):
 def mint(bootstrap, out):
     """ROLES roles held by real tokens, as bench/run mints them (bench_mint
     talks to the first broker; the topic has 16 partitions, replication 1)."""
-    run(["target/release/examples/bench_mint", "--bootstrap", bootstrap.split(",")[0],
+    run([str(TARGET / "release/examples/bench_mint"), "--bootstrap", bootstrap.split(",")[0],
          "--topic", TOPIC, "--roles", str(ROLES), "--out", out])
     return out
 

@@ -116,12 +116,17 @@ async fn method_not_allowed(State(state): State<Arc<AppState>>, request: Request
 }
 
 /// What every answer passes through, in one layer:
+/// - the request's arrival is stamped ([`extract::Arrived`]): the request
+///   timeout counts from here, the body's reading included;
 /// - RFC 9112 §3.2: an HTTP/1.1 request without exactly one `Host` header
 ///   is refused with 400;
 /// - a 401 says nothing of the path: no `Allow` header, which axum adds to
 ///   the answers of a known path asked with another method;
 /// - `X-Content-Type-Options: nosniff` and `Referrer-Policy: no-referrer`.
-async fn edge(request: Request, next: axum::middleware::Next) -> Response {
+async fn edge(mut request: Request, next: axum::middleware::Next) -> Response {
+    request
+        .extensions_mut()
+        .insert(extract::Arrived(tokio::time::Instant::now()));
     let mut response = if request.version() == axum::http::Version::HTTP_11
         && request.headers().get_all(header::HOST).iter().count() != 1
     {
