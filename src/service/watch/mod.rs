@@ -552,37 +552,43 @@ impl Watcher {
 
     /// `None` when every partition has caught up, its last read succeeded
     /// and its view is no older than [`WatchConfig::stale_after`];
-    /// otherwise why not, naming the partition.
+    /// otherwise why not, naming every partition that is not (the first
+    /// few of them).
     pub fn not_ready(&self) -> Option<String> {
+        const NAMED: usize = 4;
         let Some(parts) = self.parts() else {
             return self.without_topic().err();
         };
         let now = self.clock.now_ms();
+        let mut reasons = Vec::new();
         for (p, slot) in parts.iter().enumerate() {
             let part = lock(slot);
-            if let Some(e) = &part.error {
-                return Some(format!("partition {p}: {e}"));
-            }
-            if let Some(why) = unviewable(&part, p as i32) {
-                return Some(why);
-            }
-            let age = part.age(now).unwrap_or_default();
-            if age > self.config.stale_after {
-                let read_lately = part
-                    .read_at_ms
-                    .is_some_and(|at| now - at <= millis(self.config.stale_after));
-                let why = if read_lately {
-                    "its leader answers, but no other broker has confirmed it leads since (a deposed leader cut off from the controller?)"
-                } else {
-                    "nothing was read from its leader since"
-                };
-                return Some(format!(
-                    "partition {p}: the view is {} ms old: {why}",
-                    age.as_millis()
-                ));
-            }
+            let why = if let Some(e) = &part.error {
+                Some(format!("partition {p}: {e}"))
+            } else if let Some(why) = unviewable(&part, p as i32) {
+                Some(why)
+            } else {
+                let age = part.age(now).unwrap_or_default();
+                (age > self.config.stale_after).then(|| {
+                    let read_lately = part
+                        .read_at_ms
+                        .is_some_and(|at| now - at <= millis(self.config.stale_after));
+                    let why = if read_lately {
+                        "its leader answers, but no other broker has confirmed it leads since (a deposed leader cut off from the controller?)"
+                    } else {
+                        "nothing was read from its leader since"
+                    };
+                    format!("partition {p}: the view is {} ms old: {why}", age.as_millis())
+                })
+            };
+            reasons.extend(why);
         }
-        None
+        if reasons.len() > NAMED {
+            let more = reasons.len() - NAMED;
+            reasons.truncate(NAMED);
+            reasons.push(format!("and {more} more partitions"));
+        }
+        (!reasons.is_empty()).then(|| reasons.join("; "))
     }
 
     /// Each partition's view age at the service clock's now (`None` before
