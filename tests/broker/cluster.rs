@@ -8,6 +8,15 @@
 //! broker running. Run them alone with `scripts/test --cluster-only` (or
 //! `cargo test --features broker-tests --test broker cluster::` with
 //! `KRABKA_TEST_CLUSTER` and `KRABKA_TEST_CLUSTER_NAME` set).
+//!
+//! [`partition`] cuts a broker from the controller alone, which needs the
+//! cluster `scripts/test` starts as root in a private network namespace;
+//! [`pauses`] pauses the controller and a partition's leader; both judge
+//! the views' claimed ages with [`samples`].
+
+mod partition;
+mod pauses;
+mod samples;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

@@ -16,6 +16,7 @@ use krabka_authority::kafka::{
     ClientConfig, KafkaClient, KafkaTransport, TopicSpec, TransportConfig,
 };
 use krabka_authority::leadership::{Event, Options, acquire};
+use krabka_authority::time::{Clock, SystemClock};
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::watch;
@@ -75,13 +76,27 @@ pub struct Node {
     role: String,
     pub address: Option<String>,
     state: String,
+    /// Cut from the controller (`scripts/kafka cut`).
+    #[serde(default)]
+    cut: bool,
 }
 
+/// The controller's node id in `scripts/kafka`'s clusters.
+pub const CONTROLLER: i32 = 1000;
+
 impl Cluster {
+    /// The brokers.
     pub fn nodes(&self) -> Vec<Node> {
+        self.all_nodes()
+            .into_iter()
+            .filter(|n| n.role == "broker")
+            .collect()
+    }
+
+    /// The brokers and the controller.
+    fn all_nodes(&self) -> Vec<Node> {
         let json = kafka_script(&["nodes", "--name", &self.name, "--json"]);
-        let nodes: Vec<Node> = serde_json::from_str(&json).expect("nodes --json");
-        nodes.into_iter().filter(|n| n.role == "broker").collect()
+        serde_json::from_str(&json).expect("nodes --json")
     }
 
     pub fn address(&self, id: i32) -> String {
@@ -100,9 +115,12 @@ impl Cluster {
         });
     }
 
-    /// Every broker running again.
+    /// Every node running and reaching the controller again.
     pub fn heal(&self) {
-        for node in self.nodes() {
+        for node in self.all_nodes() {
+            if node.cut {
+                self.act("mend", node.id);
+            }
             match node.state.as_str() {
                 "paused" => self.act("resume", node.id),
                 "stopped" => self.act("start-node", node.id),
@@ -152,6 +170,27 @@ pub async fn cluster_topic(partitions: i32) -> String {
         .ensure_topic(&name, &spec)
         .await
         .expect("topic created");
+    // Every broker knows it before members (fresh clients, asking any
+    // broker) look for it: a broker that rejoined the controller a moment
+    // ago may still be catching up.
+    for node in cluster().nodes() {
+        let addr = node.address.expect("a broker's address");
+        let mut config = ClientConfig::new([addr.as_str()]);
+        config.request_timeout = Duration::from_secs(2);
+        let started = Instant::now();
+        loop {
+            // A fresh client: its first Metadata request goes to `addr`.
+            let client = KafkaClient::new(config.clone()).expect("client");
+            if client.partition_count(&name).await.is_ok() {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "broker {addr} does not know the topic {name} after 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     name
 }
 
@@ -166,7 +205,10 @@ pub fn options(known: &Known, role: &str) -> Options {
                 known.minted_now(*token);
                 known.held_now(&role);
             }
-            Event::Renewed { .. } => known.held_now(&role),
+            Event::Renewed { deadline } => {
+                known.held_now(&role);
+                known.written(&role, *deadline);
+            }
             _ => {}
         }))
 }
@@ -186,6 +228,9 @@ struct KnownInner {
     roles: HashMap<String, Vec<(FencingToken, Instant)>>,
     /// The last lease written per role (an acquisition or a renewal).
     held: HashMap<String, Instant>,
+    /// Every lease written per role: its deadline, and when it was written
+    /// (epoch ms; the member's write had committed).
+    writes: HashMap<String, Vec<(i64, i64)>>,
 }
 
 impl Known {
@@ -208,6 +253,22 @@ impl Known {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// A lease of `role` with `deadline` was written just now.
+    fn written(&self, role: &str, deadline: i64) {
+        let now = SystemClock.now_ms();
+        let mut k = self.inner.lock().unwrap();
+        k.writes
+            .entry(role.to_owned())
+            .or_default()
+            .push((deadline, now));
+    }
+
+    /// The leases written of `role`: (deadline, written at, epoch ms).
+    pub fn writes(&self, role: &str) -> Vec<(i64, i64)> {
+        let k = self.inner.lock().unwrap();
+        k.writes.get(role).cloned().unwrap_or_default()
     }
 
     pub fn minted_now(&self, token: FencingToken) {

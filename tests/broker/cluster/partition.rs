@@ -1,0 +1,244 @@
+//! Issue 21 (a): an asymmetric network partition. Broker X, the transaction
+//! coordinator of role R and the leader of R's partition of the coordination
+//! topic, loses its link to the controller while clients and the other
+//! brokers still reach it (`scripts/kafka cut`: policy routing by X's user
+//! in a private network namespace). The controller fences X after
+//! `broker.session.timeout.ms` and moves its leaderships; a standby of R
+//! mints T2 at the new coordinator (R's holder is killed once the
+//! coordinator moved, as if it were on X's side: a holder that reaches the
+//! new coordinator may keep its role); X never learns of it and keeps
+//! answering T1 from memory for as long as the partition lasts.
+//!
+//! Two services, one bootstrapped from every broker and one from X only,
+//! checked by a steady load (current and deposed tokens of every role), and
+//! the views sampled of R and of S, a role of the same partition whose
+//! coordinator is elsewhere (its holder keeps writing leases to the
+//! partition's new leader through the partition, so a view still read from
+//! X lags visibly): 0 × 200 for a deposed token; 0 views claiming an age
+//! more than 1 s below their real lag (the leases written since, by their
+//! members); 0 lookups or confirmations sent to X after a service first
+//! reported it stale; roles coordinated elsewhere never 503.
+
+use std::time::Duration;
+
+use krabka_authority::coordination::role_partition;
+use krabka_authority::kafka::{ClientConfig, KafkaClient};
+use tokio::time::Instant;
+
+use super::samples::{BrokerWatch, Sampler, honesty, since_stale};
+use crate::support::cluster::{
+    BROKER_REQUEST_TIMEOUT, Known, LEASE, Load, Members, SESSION_TIMEOUT, Scene, assert_sound,
+    cluster, cluster_topic, coordinator_id, exclusive, service_config, takeover, unavailable,
+};
+use crate::support::service::start;
+use crate::support::unique;
+
+/// How long the partition lasts once R's new holder has minted.
+const AFTER_MINT: Duration = Duration::from_secs(8);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_cut_from_the_controller_while_it_coordinates_and_leads_a_held_role() {
+    assert!(
+        std::env::var("KRABKA_TEST_PARTITION").is_ok_and(|v| v == "1"),
+        "cluster::partition needs the cluster scripts/test starts as root in a private network \
+         namespace (the controller on its own address, each broker as its own user): run \
+         scripts/test --cluster-only as root"
+    );
+    let _turn = exclusive().await;
+    let started = Instant::now();
+    let partitions = 6;
+    let topic = cluster_topic(partitions).await;
+    let client = cluster().client();
+    // R: coordinated by the leader of its own partition.
+    let (role, x) = loop {
+        let role = unique("cut-r");
+        let coordinator = coordinator_id(&client, &role).await;
+        let p = role_partition(&role, partitions).unwrap();
+        if client.partition_leader(&topic, p).await.unwrap() == coordinator {
+            break (role, coordinator);
+        }
+    };
+    // S: the same partition, coordinated elsewhere.
+    let p = role_partition(&role, partitions).unwrap();
+    let companion = loop {
+        let s = unique("cut-s");
+        if role_partition(&s, partitions).unwrap() == p && coordinator_id(&client, &s).await != x {
+            break s;
+        }
+    };
+    let mut roles = vec![role.clone(), companion.clone()];
+    roles.extend((0..4).map(|i| format!("{}-{i}", unique("cut-other"))));
+    let known = Known::default();
+    let mut members = Members::start(&topic, &roles, 2, &known).await;
+    members
+        .wait_for_holders(&roles, Duration::from_secs(30))
+        .await;
+    let mut affected = Vec::new();
+    for r in &roles {
+        if coordinator_id(&client, r).await == x {
+            affected.push(r.clone());
+        }
+    }
+    let x_addr = cluster().address(x);
+    let services = [
+        start(service_config(&cluster().bootstrap, &topic)).await,
+        start(service_config(&x_addr, &topic)).await,
+    ];
+    let loads: Vec<Load> = services
+        .iter()
+        .map(|s| Load::start(&s.url, &roles, &members.holders, &known, 2))
+        .collect();
+    let samplers: Vec<[Sampler; 2]> = services
+        .iter()
+        .map(|s| {
+            [
+                Sampler::start(&s.url, &role),
+                Sampler::start(&s.url, &companion),
+            ]
+        })
+        .collect();
+    let watches: Vec<BrokerWatch> = services
+        .iter()
+        .map(|s| BrokerWatch::start(&s.url, &x_addr))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let t1 = members.holders.current(&role).unwrap();
+    let cut = Instant::now();
+    cluster().act("cut", x);
+    // The controller fences X after the session timeout and R's
+    // coordinator moves, as the other brokers say; then R's holder dies.
+    let mut others = ClientConfig::new(
+        cluster()
+            .nodes()
+            .into_iter()
+            .filter(|n| n.id != x)
+            .filter_map(|n| n.address),
+    );
+    others.request_timeout = Duration::from_secs(1);
+    loop {
+        // A fresh client each time: asked of the other brokers only, and
+        // never answered from a cache.
+        let asked = KafkaClient::new(others.clone()).unwrap();
+        if asked
+            .transaction_coordinator(&role)
+            .await
+            .is_ok_and(|c| c.id != x)
+        {
+            break;
+        }
+        assert!(
+            cut.elapsed() < SESSION_TIMEOUT + Duration::from_secs(10),
+            "{role}'s coordinator never moved off the cut broker {x}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let moved = cut.elapsed();
+    members.kill_holder(&role);
+    let budget = LEASE + BROKER_REQUEST_TIMEOUT + Duration::from_secs(10);
+    let took = moved + takeover(&members.holders, &role, t1, budget).await;
+    let t2 = members.holders.current(&role).unwrap();
+    tokio::time::sleep(AFTER_MINT).await;
+    cluster().act("mend", x);
+    let mended = Instant::now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let scene = Scene {
+        topic,
+        roles: roles.clone(),
+        known: known.clone(),
+        members,
+    };
+    for service in &services {
+        scene
+            .holders_authoritative(&service.url, Duration::from_secs(20))
+            .await;
+    }
+
+    let mut answers = Vec::new();
+    for load in loads {
+        answers.push(load.finish().await);
+    }
+    let mut views = Vec::new();
+    for [of_r, of_s] in samplers {
+        views.push([of_r.finish().await.0, of_s.finish().await.0]);
+    }
+    let mut stale = Vec::new();
+    for watch in watches {
+        stale.push(since_stale(&watch.finish().await, mended));
+    }
+    let minted = cut + took;
+    for (i, ((answers, [of_r, of_s]), stale)) in answers.iter().zip(&views).zip(&stale).enumerate()
+    {
+        let which = ["bootstrapped from every broker", "bootstrapped from X only"][i];
+        let outages = unavailable(answers, cut);
+        let honest = honesty(of_r, &known.writes(&role));
+        let honest_s = honesty(of_s, &known.writes(&companion));
+        let first_t2 = answers
+            .iter()
+            .filter(|a| a.role == role && a.token == t2 && a.status == Ok(200))
+            .map(|a| a.got)
+            .min();
+        eprintln!(
+            "cut broker {x} ({x_addr}), the coordinator and partition leader of {role}: its coordinator moved {moved:?} after the cut, {t2} was minted {took:?} and the partition mended {:?} after the cut; service {which}: {} checks ({} of tokens deposed by then), 503s {outages:?} (affected {affected:?}); first 200 for {t2} {:?} after the mint; {} views of {role}: {} claim an age more than 1 s below their real lag (largest real lag {} ms, oldest claimed {} ms, {} header mismatches); {} views of {companion} (its partition, coordinated elsewhere, {} leases written): {} dishonest (largest real lag {} ms, oldest claimed {} ms); broker {x} first seen stale {:?} after the cut, then stale for {:?} of the partition: {} lookups/confirmations and {} metadata requests (probes) sent to it from then until the mend",
+            mended - cut,
+            answers.len(),
+            answers
+                .iter()
+                .filter(|a| scene.members.holders.current(&a.role) != Some(a.token))
+                .count(),
+            first_t2.map(|at| at.saturating_duration_since(minted)),
+            honest.views,
+            honest.dishonest.len(),
+            honest.worst_lag_ms,
+            honest.oldest_ms,
+            honest.header_mismatches,
+            honest_s.views,
+            known.writes(&companion).len(),
+            honest_s.dishonest.len(),
+            honest_s.worst_lag_ms,
+            honest_s.oldest_ms,
+            stale.first.map(|at| at - cut),
+            stale.stale_for,
+            stale.find_coordinator,
+            stale.metadata,
+        );
+        // 0 x 200 for a deposed token, every check answered, each role
+        // given verdicts after the cut.
+        assert_sound(answers, &known, &roles, cut, 5);
+        assert!(
+            honest.dishonest.is_empty(),
+            "{which}: views claiming freshness they lack: {:?}",
+            honest.dishonest
+        );
+        assert!(
+            honest_s.dishonest.is_empty(),
+            "{which}: views of {companion} claiming freshness they lack: {:?}",
+            honest_s.dishonest
+        );
+        assert_eq!(
+            honest.header_mismatches + honest_s.header_mismatches,
+            0,
+            "{which}"
+        );
+        assert!(honest.views > 0, "{which}: no view of {role} answered");
+        assert!(
+            stale.first.is_some(),
+            "{which}: broker {x} was never seen stale"
+        );
+        assert_eq!(
+            stale.find_coordinator, 0,
+            "{which}: lookups or confirmations sent to broker {x} after it was seen stale"
+        );
+        for (r, outage) in &outages {
+            assert!(
+                affected.contains(r),
+                "{which}: {r} is not coordinated by the cut broker, yet answered 503: {outage:?}"
+            );
+        }
+    }
+    eprintln!(
+        "cut test: {:?} in all, the partition lasting {:?}",
+        started.elapsed(),
+        mended - cut
+    );
+}
