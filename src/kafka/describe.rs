@@ -37,6 +37,13 @@
 //!    winning an election, which takes longer than the window). Both
 //!    instants lie within the caller's request.
 //!
+//! The argument rests on no duration of X's lag: X may answer from memory
+//! for as long as it likes (a pause, a partition from the controller).
+//! Y itself is never a broker known to be behind: a broker whose metadata
+//! reports a lower leader epoch than another broker did is stale and is not
+//! asked to confirm (nor to look coordinators up, nor for metadata) until it
+//! caught up (`state::epochs`).
+//!
 //! A batch that cannot be confirmed (no other broker answers) fails with a
 //! retriable error, and the caller's deadline turns it into "unavailable",
 //! never into an answer. A cluster that never listed a second broker has

@@ -25,7 +25,7 @@
 //!  client ─► connection, security, versions            (connections, routing)
 //!      │
 //!      ▼
-//!  state/: mod ─► nodes, view, coordinators, describes (what is known)
+//!  state/: mod ─► nodes, view, epochs, coordinators, describes (what is known)
 //!      │
 //!      ▼
 //!  config ─► security ─► connection ─► versions
