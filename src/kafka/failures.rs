@@ -7,12 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, DescribeTransactionsRequest, DescribeTransactionsResponse, FetchRequest,
-    FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, MetadataResponse, ProducerId,
-    TopicName,
-    describe_transactions_response::TransactionState,
+    ApiKey, FetchRequest, FetchResponse, FindCoordinatorRequest, MetadataResponse, TopicName,
     fetch_response::{FetchableTopicResponse, PartitionData},
-    find_coordinator_response::Coordinator,
 };
 use kafka_protocol::protocol::StrBytes;
 use tokio::time::Instant;
@@ -20,7 +16,7 @@ use tokio::time::Instant;
 use super::client::KafkaClient;
 use super::config::{Broker, ClientConfig};
 use super::error::KafkaError;
-use super::fake::{FakeBroker, answer, metadata, request};
+use super::fake::{FakeBroker, answer, described, metadata, naming, request};
 use super::state::Lesson;
 
 fn client(bootstrap: &[&str]) -> KafkaClient {
@@ -28,27 +24,6 @@ fn client(bootstrap: &[&str]) -> KafkaClient {
     config.request_timeout = Duration::from_secs(5);
     config.operation_timeout = Duration::from_secs(8);
     KafkaClient::new(config).unwrap()
-}
-
-/// The answer to `asked` naming `coordinator(key)` as (id, addr) per key.
-fn naming<'a>(
-    asked: FindCoordinatorRequest,
-    coordinator: impl Fn(&str) -> (i32, &'a str),
-) -> FindCoordinatorResponse {
-    let coordinators = asked
-        .coordinator_keys
-        .into_iter()
-        .map(|key| {
-            let (id, addr) = coordinator(key.as_str());
-            let (host, port) = addr.rsplit_once(':').unwrap();
-            Coordinator::default()
-                .with_key(key)
-                .with_node_id(BrokerId(id))
-                .with_host(StrBytes::from_string(host.to_owned()))
-                .with_port(port.parse().unwrap())
-        })
-        .collect();
-    FindCoordinatorResponse::default().with_coordinators(coordinators)
 }
 
 /// A broker that answers Metadata with `brokers` and FindCoordinator with
@@ -325,21 +300,7 @@ async fn two_brokers(pairs: [(i64, i16); 2]) -> Vec<FakeBroker> {
                         Some(answer(header, &naming(asked, |_| (1, &addrs[1]))))
                     }
                     ApiKey::DescribeTransactions => {
-                        let asked: DescribeTransactionsRequest = request(version, body);
-                        let states = asked
-                            .transactional_ids
-                            .into_iter()
-                            .map(|id| {
-                                TransactionState::default()
-                                    .with_transactional_id(id)
-                                    .with_transaction_state(StrBytes::from_static_str("Empty"))
-                                    .with_producer_id(ProducerId(pid))
-                                    .with_producer_epoch(epoch)
-                            })
-                            .collect();
-                        let response =
-                            DescribeTransactionsResponse::default().with_transaction_states(states);
-                        Some(answer(header, &response))
+                        Some(described(header, body, (pid, epoch), "Empty"))
                     }
                     _ => None,
                 }
@@ -514,22 +475,8 @@ async fn one_cut_off(behind: Arc<AtomicBool>) -> Vec<FakeBroker> {
                         ))
                     }
                     ApiKey::DescribeTransactions => {
-                        let asked: DescribeTransactionsRequest = request(version, body);
                         let epoch = if me == 1 { 1 } else { 2 };
-                        let states = asked
-                            .transactional_ids
-                            .into_iter()
-                            .map(|id| {
-                                TransactionState::default()
-                                    .with_transactional_id(id)
-                                    .with_transaction_state(StrBytes::from_static_str("Empty"))
-                                    .with_producer_id(ProducerId(7))
-                                    .with_producer_epoch(epoch)
-                            })
-                            .collect();
-                        let response =
-                            DescribeTransactionsResponse::default().with_transaction_states(states);
-                        Some(answer(header, &response))
+                        Some(described(header, body, (7, epoch), "Empty"))
                     }
                     _ => None,
                 }
@@ -644,6 +591,15 @@ async fn a_connection_asks_the_cluster_id_first_and_answers_of_an_old_cluster_ar
     );
 }
 
+/// Three brokers' addresses by id (1, 2, 3).
+fn numbered(addrs: &[String]) -> [(i32, &str); 3] {
+    [
+        (1, addrs[0].as_str()),
+        (2, addrs[1].as_str()),
+        (3, addrs[2].as_str()),
+    ]
+}
+
 /// Every asked topic with one partition led by `leader` at `epoch`.
 fn leading(
     header: &kafka_protocol::messages::RequestHeader,
@@ -703,11 +659,7 @@ async fn reads_of_a_deposed_leader_are_never_fresher_than_its_last_confirmation(
         Arc::new(
             move |header: &kafka_protocol::messages::RequestHeader, body: Bytes| {
                 let addrs = addrs.lock().unwrap().clone();
-                let brokers = [
-                    (1, addrs[0].as_str()),
-                    (2, addrs[1].as_str()),
-                    (3, addrs[2].as_str()),
-                ];
+                let brokers = numbered(&addrs);
                 let believed = if me != 1 && moved.load(Ordering::SeqCst) {
                     (2, 5)
                 } else {
@@ -828,11 +780,7 @@ async fn a_read_has_its_leader_confirmed_by_another_broker_first() {
         Arc::new(
             move |header: &kafka_protocol::messages::RequestHeader, body: Bytes| {
                 let addrs = addrs.lock().unwrap().clone();
-                let brokers = [
-                    (1, addrs[0].as_str()),
-                    (2, addrs[1].as_str()),
-                    (3, addrs[2].as_str()),
-                ];
+                let brokers = numbered(&addrs);
                 let believed = if me == 1 { (1, 4) } else { (2, 5) };
                 match ApiKey::try_from(header.request_api_key).unwrap() {
                     ApiKey::Metadata => Some(leading(header, body, &brokers, believed)),

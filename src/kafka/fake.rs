@@ -9,9 +9,12 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, BrokerId, FetchRequest, MetadataResponse, RequestHeader,
-    ResponseHeader, TopicName,
+    ApiKey, ApiVersionsResponse, BrokerId, DescribeTransactionsRequest,
+    DescribeTransactionsResponse, FetchRequest, FindCoordinatorRequest, FindCoordinatorResponse,
+    MetadataResponse, ProducerId, RequestHeader, ResponseHeader, TopicName,
     api_versions_response::ApiVersion,
+    describe_transactions_response::TransactionState,
+    find_coordinator_response::Coordinator,
     metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic},
 };
 use kafka_protocol::protocol::{
@@ -215,4 +218,51 @@ pub(crate) fn metadata(
         .with_cluster_id(Some(StrBytes::from_static_str("fake-cluster")))
         .with_brokers(brokers)
         .with_topics(topics)
+}
+
+/// The answer to `asked` naming `coordinator(key)` as (id, addr) per key.
+pub(crate) fn naming<'a>(
+    asked: FindCoordinatorRequest,
+    coordinator: impl Fn(&str) -> (i32, &'a str),
+) -> FindCoordinatorResponse {
+    let coordinators = asked
+        .coordinator_keys
+        .into_iter()
+        .map(|key| {
+            let (id, addr) = coordinator(key.as_str());
+            let (host, port) = addr.rsplit_once(':').unwrap();
+            Coordinator::default()
+                .with_key(key)
+                .with_node_id(BrokerId(id))
+                .with_host(StrBytes::from_string(host.to_owned()))
+                .with_port(port.parse().unwrap())
+        })
+        .collect();
+    FindCoordinatorResponse::default().with_coordinators(coordinators)
+}
+
+/// The answer to a DescribeTransactions (`header`, `body`): every id asked
+/// with `pair` in `state`.
+pub(crate) fn described(
+    header: &RequestHeader,
+    body: Bytes,
+    pair: (i64, i16),
+    state: &str,
+) -> Bytes {
+    let asked: DescribeTransactionsRequest = request(header.request_api_version, body);
+    let states = asked
+        .transactional_ids
+        .into_iter()
+        .map(|id| {
+            TransactionState::default()
+                .with_transactional_id(id)
+                .with_transaction_state(StrBytes::from_string(state.to_owned()))
+                .with_producer_id(ProducerId(pair.0))
+                .with_producer_epoch(pair.1)
+        })
+        .collect();
+    answer(
+        header,
+        &DescribeTransactionsResponse::default().with_transaction_states(states),
+    )
 }

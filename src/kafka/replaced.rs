@@ -9,20 +9,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, DescribeConfigsResponse, DescribeTransactionsRequest,
-    DescribeTransactionsResponse, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse,
-    ProducerId, RequestHeader,
+    ApiKey, BrokerId, DescribeConfigsResponse, FetchRequest, FetchResponse, MetadataRequest,
+    MetadataResponse, RequestHeader,
     describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult},
-    describe_transactions_response::TransactionState,
     fetch_response::{FetchableTopicResponse, PartitionData},
-    find_coordinator_response::Coordinator,
     metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic},
 };
 use kafka_protocol::protocol::StrBytes;
 use tokio::time::Instant;
 
 use super::config::ClientConfig;
-use super::fake::{FakeBroker, Script, answer, request};
+use super::fake::{FakeBroker, Script, answer, described, naming, request};
 use crate::coordination::{FencingToken, Verdict};
 use crate::service::{AppState, ServiceConfig};
 
@@ -56,7 +53,6 @@ fn broker(generation: usize, me: i32, addrs: Arc<std::sync::Mutex<Vec<String>>>)
     Arc::new(move |header: &RequestHeader, body: Bytes| {
         let addrs = addrs.lock().unwrap().clone();
         let version = header.request_api_version;
-        let (host, port) = addrs[0].rsplit_once(':').unwrap();
         match ApiKey::try_from(header.request_api_key).unwrap() {
             ApiKey::Metadata => {
                 let asked: MetadataRequest = request(version, body);
@@ -107,39 +103,15 @@ fn broker(generation: usize, me: i32, addrs: Arc<std::sync::Mutex<Vec<String>>>)
                 Some(answer(header, &response))
             }
             ApiKey::FindCoordinator => {
-                let asked: kafka_protocol::messages::FindCoordinatorRequest =
-                    request(version, body);
-                let coordinators = asked
-                    .coordinator_keys
-                    .into_iter()
-                    .map(|key| {
-                        Coordinator::default()
-                            .with_key(key)
-                            .with_node_id(BrokerId(1))
-                            .with_host(StrBytes::from_string(host.to_owned()))
-                            .with_port(port.parse().unwrap())
-                    })
-                    .collect();
-                let response = kafka_protocol::messages::FindCoordinatorResponse::default()
-                    .with_coordinators(coordinators);
-                Some(answer(header, &response))
+                let asked = request(version, body);
+                Some(answer(header, &naming(asked, |_| (1, &addrs[0]))))
             }
             ApiKey::DescribeTransactions if me == 1 => {
-                let asked: DescribeTransactionsRequest = request(version, body);
-                let states = asked
-                    .transactional_ids
-                    .into_iter()
-                    .map(|id| {
-                        TransactionState::default()
-                            .with_transactional_id(id)
-                            .with_transaction_state(StrBytes::from_static_str("Ongoing"))
-                            .with_producer_id(ProducerId(cluster.current.producer_id()))
-                            .with_producer_epoch(cluster.current.producer_epoch())
-                    })
-                    .collect();
-                let response =
-                    DescribeTransactionsResponse::default().with_transaction_states(states);
-                Some(answer(header, &response))
+                let pair = (
+                    cluster.current.producer_id(),
+                    cluster.current.producer_epoch(),
+                );
+                Some(described(header, body, pair, "Ongoing"))
             }
             ApiKey::Fetch if me == 1 => {
                 let asked: FetchRequest = request(version, body);

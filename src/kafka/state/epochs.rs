@@ -320,7 +320,6 @@ impl Epochs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kafka::state::{PartitionMeta, TopicMeta};
 
     const BACKOFF: Duration = Duration::from_millis(100);
 
@@ -330,25 +329,7 @@ mod tests {
 
     /// Partitions of topic "t" as (index, leader, epoch).
     fn answer(partitions: &[(i32, i32, i32)]) -> MetadataAnswer {
-        MetadataAnswer {
-            cluster_id: Some("c".into()),
-            brokers: Vec::new(),
-            topics: vec![(
-                "t".into(),
-                TopicMeta {
-                    error: 0,
-                    partitions: partitions
-                        .iter()
-                        .map(|&(index, leader, leader_epoch)| PartitionMeta {
-                            index,
-                            leader,
-                            leader_epoch,
-                            error: 0,
-                        })
-                        .collect(),
-                },
-            )],
-        }
+        MetadataAnswer::of_t("c", &[], partitions)
     }
 
     fn addrs() -> HashMap<i32, String> {

@@ -362,17 +362,7 @@ mod tests {
     }
 
     fn answer(cluster: &str) -> MetadataAnswer {
-        MetadataAnswer {
-            cluster_id: Some(cluster.into()),
-            brokers: vec![(1, "b:1".into())],
-            topics: vec![(
-                "t".into(),
-                TopicMeta {
-                    error: 0,
-                    partitions: Vec::new(),
-                },
-            )],
-        }
+        MetadataAnswer::of_t(cluster, &[(1, "b:1")], &[])
     }
 
     /// `answer` as broker `from` gave it, asked now.
@@ -387,18 +377,7 @@ mod tests {
     /// An answer of cluster "a" listing brokers 1-3 (`b:<id>`) and topic
     /// "t" with `partitions` as (index, leader, epoch).
     fn led(partitions: &[(i32, i32, i32)]) -> MetadataAnswer {
-        let mut answer = answer("a");
-        answer.brokers = (1..=3).map(|id| (id, format!("b:{id}"))).collect();
-        answer.topics[0].1.partitions = partitions
-            .iter()
-            .map(|&(index, leader, leader_epoch)| PartitionMeta {
-                index,
-                leader,
-                leader_epoch,
-                error: 0,
-            })
-            .collect();
-        answer
+        MetadataAnswer::of_t("a", &[(1, "b:1"), (2, "b:2"), (3, "b:3")], partitions)
     }
 
     #[tokio::test]

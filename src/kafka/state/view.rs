@@ -65,6 +65,40 @@ pub(crate) struct MetadataAnswer {
     pub(crate) topics: Vec<(String, TopicMeta)>,
 }
 
+#[cfg(test)]
+impl MetadataAnswer {
+    /// An answer of `cluster` listing `brokers` and topic "t" with
+    /// `partitions` as (index, leader, leader epoch).
+    pub(crate) fn of_t(
+        cluster: &str,
+        brokers: &[(i32, &str)],
+        partitions: &[(i32, i32, i32)],
+    ) -> MetadataAnswer {
+        MetadataAnswer {
+            cluster_id: Some(cluster.into()),
+            brokers: brokers
+                .iter()
+                .map(|(id, a)| (*id, (*a).to_owned()))
+                .collect(),
+            topics: vec![(
+                "t".into(),
+                TopicMeta {
+                    error: 0,
+                    partitions: partitions
+                        .iter()
+                        .map(|&(index, leader, leader_epoch)| PartitionMeta {
+                            index,
+                            leader,
+                            leader_epoch,
+                            error: 0,
+                        })
+                        .collect(),
+                },
+            )],
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct View {
     brokers: HashMap<i32, String>,
@@ -260,25 +294,7 @@ mod tests {
     const AGE: Duration = Duration::from_secs(300);
 
     fn answer(cluster: &str, partitions: &[(i32, i32, i32)]) -> MetadataAnswer {
-        MetadataAnswer {
-            cluster_id: Some(cluster.into()),
-            brokers: vec![(1, "b:1".into()), (2, "b:2".into())],
-            topics: vec![(
-                "t".into(),
-                TopicMeta {
-                    error: 0,
-                    partitions: partitions
-                        .iter()
-                        .map(|&(index, leader, leader_epoch)| PartitionMeta {
-                            index,
-                            leader,
-                            leader_epoch,
-                            error: 0,
-                        })
-                        .collect(),
-                },
-            )],
-        }
+        MetadataAnswer::of_t(cluster, &[(1, "b:1"), (2, "b:2")], partitions)
     }
 
     #[tokio::test]

@@ -108,13 +108,7 @@ async fn a_broker_cut_from_the_controller_while_it_coordinates_and_leads_a_held_
     cluster().act("cut", x);
     // The controller fences X after the session timeout and R's
     // coordinator moves, as the other brokers say; then R's holder dies.
-    let mut others = ClientConfig::new(
-        cluster()
-            .nodes()
-            .into_iter()
-            .filter(|n| n.id != x)
-            .filter_map(|n| n.address),
-    );
+    let mut others = ClientConfig::new(cluster().addresses_but(x));
     others.request_timeout = Duration::from_secs(1);
     loop {
         // A fresh client each time: asked of the other brokers only, and

@@ -131,13 +131,7 @@ async fn the_leader_of_a_watched_partition_paused_for_20_seconds() {
     cluster().act("pause", x);
     let paused = Instant::now();
     // When the partition moved, as the other brokers say.
-    let others: Vec<String> = cluster()
-        .nodes()
-        .into_iter()
-        .filter(|n| n.id != x)
-        .filter_map(|n| n.address)
-        .collect();
-    let mut config = ClientConfig::new(others);
+    let mut config = ClientConfig::new(cluster().addresses_but(x));
     config.request_timeout = Duration::from_secs(1);
     let watcher = KafkaClient::new(config).unwrap();
     let moved = loop {

@@ -99,6 +99,15 @@ impl Cluster {
         serde_json::from_str(&json).expect("nodes --json")
     }
 
+    /// The addresses of every broker but `id`.
+    pub fn addresses_but(&self, id: i32) -> Vec<String> {
+        self.nodes()
+            .into_iter()
+            .filter(|n| n.id != id)
+            .filter_map(|n| n.address)
+            .collect()
+    }
+
     pub fn address(&self, id: i32) -> String {
         self.nodes()
             .into_iter()
