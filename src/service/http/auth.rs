@@ -190,8 +190,8 @@ mod tests {
 
     #[test]
     fn tokens_come_from_the_file_and_follow_its_changes() {
-        let dir = std::env::temp_dir().join(format!("krabka-tokens-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         let file = dir.join("tokens");
         std::fs::write(&file, "# comment\n\nalpha\n  beta  \n").unwrap();
         let tokens = ApiTokens::load(&file).unwrap();
@@ -216,7 +216,6 @@ mod tests {
             "an emptied file keeps the old tokens"
         );
         assert!(ApiTokens::load(&file).is_err());
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

@@ -218,22 +218,8 @@ mod tests {
 
     #[test]
     fn an_extreme_deadline_prints_without_overflow() {
-        let record = |deadline: i64| crate::coordination::LogRecord {
-            offset: 0,
-            key: crate::coordination::encode_key(&crate::coordination::Key::lease("r"))
-                .unwrap()
-                .into(),
-            value: Some(
-                crate::coordination::encode_lease(&crate::coordination::Lease {
-                    member: "m".into(),
-                    token: crate::coordination::FencingToken::new(1, 1).unwrap(),
-                    granted_at: 0,
-                    deadline,
-                })
-                .unwrap()
-                .into(),
-            ),
-        };
+        use crate::testkit::{lease_at, lease_record, t};
+        let record = |deadline: i64| lease_record(0, "r", &lease_at("m", t(1, 1), 0, deadline));
         for deadline in [i64::MIN, i64::MAX] {
             let view = view_of(RoleState::from_records("r", &[record(deadline)]));
             assert!(countdown(&view, 1_000).contains(" s "));
