@@ -301,7 +301,7 @@ impl ServiceConfig {
             return Err("--public-metrics contradicts --protect-metrics".into());
         }
         if let Some(path) = &auth.api_tokens_file {
-            super::http::auth::ApiTokens::load(path)
+            super::api_tokens::ApiTokens::load(path)
                 .map_err(|e| format!("--api-tokens-file: {e}"))?;
         }
         Ok(())

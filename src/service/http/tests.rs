@@ -137,6 +137,14 @@ async fn a_check_answers_every_verdict_and_503_with_retry_after_when_the_cluster
     );
     assert_eq!(headers[header::RETRY_AFTER], "1");
     assert_eq!(headers[header::CONTENT_TYPE], "application/problem+json");
+    assert_eq!(
+        (body["type"].as_str(), body["title"].as_str()),
+        (
+            Some("urn:krabka-authority:problem:coordinator-unavailable"),
+            Some("Coordinator unavailable")
+        ),
+        "{body}"
+    );
     let (_, _, body) = call(&rig.app, get(&uri)).await;
     assert_eq!(
         body["cached"], true,
@@ -455,6 +463,55 @@ async fn an_http11_request_needs_exactly_one_host() {
         StatusCode::OK,
         "HTTP/1.0 needs none"
     );
+}
+
+/// Each 503 names its cause in its type and title, and says when to ask
+/// again: views whose topic was not found yet are not a coordinator that
+/// could not be asked.
+#[tokio::test]
+async fn every_503_names_its_own_cause() {
+    let rig = rig();
+    rig.cluster.set_unavailable(Some("the brokers are down"));
+    let problem = |body: &Value| {
+        (
+            body["type"].as_str().map(str::to_owned),
+            body["title"].as_str().map(str::to_owned),
+        )
+    };
+    let of = |kind: &str, title: &str| {
+        (
+            Some(format!("urn:krabka-authority:problem:{kind}")),
+            Some(title.to_owned()),
+        )
+    };
+    for path in ["/roles/orders", "/roles", "/roles/orders/events"] {
+        let (status, headers, body) = call(&rig.app, get(path)).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}: {body}");
+        assert_eq!(headers[header::RETRY_AFTER], "1", "{path}");
+        assert_eq!(
+            problem(&body),
+            of("topic-unavailable", "Coordination topic unavailable"),
+            "{path}: {body}"
+        );
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("the roster views are not ready: ")),
+            "{body}"
+        );
+    }
+    let (status, headers, body) = call(&rig.app, get("/roles/orders/authority?token=1:1")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(headers[header::RETRY_AFTER], "1");
+    assert_eq!(
+        problem(&body),
+        of("coordinator-unavailable", "Coordinator unavailable"),
+        "{body}"
+    );
+    // Readiness is not a problem, and says when to ask again too.
+    let (status, headers, _) = call(&rig.app, get("/readyz")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(headers[header::RETRY_AFTER], "1");
 }
 
 #[tokio::test]

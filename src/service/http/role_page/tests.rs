@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::coordination::{LogRecord, RoleState};
-use crate::service::watch::{CoordinatorView, RoleStatus, RoleView};
+use crate::service::watch::{CoordinatorView, NotReady, RoleStatus, RoleView};
 use crate::testkit::{T0, lease_at, lease_record, registration_record, t};
 
 const STAGGER: i64 = 1_000;
@@ -388,7 +388,11 @@ fn hostile_role_and_member_names_stay_text() {
     assert!(html.contains(&format!("href=\"/roles/{}/events\"", path_segment(role))));
     assert!(!path_segment(role).contains(['<', '"', '\'', '/']));
 
-    for page in [render_not_found("t", role), render_not_ready(role, "<why>")] {
+    let why = NotReady::Topic {
+        topic: "<why>".into(),
+        why: Some("<script>".into()),
+    };
+    for page in [render_not_found("t", role), render_not_ready(role, &why)] {
         only_own_markup(&page);
         assert!(page.contains("&lt;/svg&gt;&lt;script&gt;"), "{page}");
         assert!(!page.contains("<script"));
