@@ -301,7 +301,7 @@ impl ServiceConfig {
             return Err("--public-metrics contradicts --protect-metrics".into());
         }
         if let Some(path) = &auth.api_tokens_file {
-            super::http::auth::ApiTokens::load(path)
+            super::api_tokens::ApiTokens::load(path)
                 .map_err(|e| format!("--api-tokens-file: {e}"))?;
         }
         Ok(())
@@ -362,8 +362,8 @@ mod tests {
         let mut config = ServiceConfig::new("b:1");
         config.auth.protect_readyz = true;
         assert!(config.validate().unwrap_err().contains("--api-tokens-file"));
-        let dir = std::env::temp_dir().join(format!("krabka-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         let empty = dir.join("empty");
         std::fs::write(&empty, "# nothing\n").unwrap();
         config.auth.api_tokens_file = Some(empty);
@@ -384,6 +384,5 @@ mod tests {
         std::fs::write(&good, "secret\n").unwrap();
         config.auth.api_tokens_file = Some(good);
         assert_eq!(config.validate(), Ok(()));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

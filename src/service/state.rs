@@ -4,9 +4,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::api_tokens::ApiTokens;
 use super::check::Checker;
 use super::config::ServiceConfig;
-use super::http::auth::ApiTokens;
 use super::metrics::Metrics;
 use super::watch::{TopicLayout, TrackerConfig, WatchConfig, Watcher};
 use crate::cluster::{Cluster, ClusterError};

@@ -10,6 +10,7 @@
 //! path's high-water marks.
 
 mod role_metrics;
+pub mod roster;
 mod status;
 mod tracker;
 
@@ -33,6 +34,32 @@ use crate::cluster::{Cluster, ClusterError, Tailed};
 use crate::coordination::{RoleState, role_partition};
 use crate::sync::{lock, read, write};
 use crate::time::Clock;
+
+/// Why the views cannot answer yet.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// The coordination topic has not been found yet (`why` is `None`
+    /// while the first look is under way), or cannot be read.
+    #[error("{}", match why {
+        None => format!("looking for the topic {topic}"),
+        Some(why) => format!("the topic {topic} is not readable: {why}"),
+    })]
+    Topic {
+        /// The topic.
+        topic: String,
+        /// Why it is not read, once known.
+        why: Option<String>,
+    },
+    /// A partition is still being read up to its last stable offset, or
+    /// its last read failed (`why`).
+    #[error("partition {partition} is still being read: {}", why.as_deref().unwrap_or("catching up"))]
+    CatchingUp {
+        /// The partition.
+        partition: i32,
+        /// Its last read's failure, if any.
+        why: Option<String>,
+    },
+}
 
 /// How the watcher runs.
 #[derive(Clone, Debug)]
@@ -467,20 +494,23 @@ impl Watcher {
 
     /// One role's view; `None` when the topic holds no record of it. An
     /// error when the topic is not readable yet.
-    pub fn role(&self, role: &str) -> Result<Option<RoleView>, String> {
+    pub fn role(&self, role: &str) -> Result<Option<RoleView>, NotReady> {
         let Some(parts) = self.parts() else {
             return self.without_topic().map(|()| None);
         };
-        let partition = role_partition(role, parts.len() as i32).map_err(|e| e.to_string())?;
+        // The partition count was read from the topic: at least one.
+        let Ok(partition) = role_partition(role, parts.len() as i32) else {
+            return Ok(None);
+        };
         let Some(slot) = parts.get(partition as usize) else {
             return Ok(None);
         };
         let part = lock(slot);
         if !part.tracker.caught_up() {
-            return Err(format!(
-                "partition {partition} is still being read: {}",
-                part.error.as_deref().unwrap_or("catching up")
-            ));
+            return Err(NotReady::CatchingUp {
+                partition,
+                why: part.error.clone(),
+            });
         }
         let now = self.clock.now_ms();
         Ok(part
@@ -490,7 +520,7 @@ impl Watcher {
     }
 
     /// Every role's view, by name.
-    pub fn all(&self) -> Result<Vec<RoleView>, String> {
+    pub fn all(&self) -> Result<Vec<RoleView>, NotReady> {
         let Some(parts) = self.parts() else {
             return self.without_topic().map(|()| Vec::new());
         };
@@ -499,10 +529,10 @@ impl Watcher {
         for (p, slot) in parts.iter().enumerate() {
             let part = lock(slot);
             if !part.tracker.caught_up() {
-                return Err(format!(
-                    "partition {p} is still being read: {}",
-                    part.error.as_deref().unwrap_or("catching up")
-                ));
+                return Err(NotReady::CatchingUp {
+                    partition: p as i32,
+                    why: part.error.clone(),
+                });
             }
             views.extend(
                 part.tracker
@@ -519,7 +549,7 @@ impl Watcher {
     /// succeeded; otherwise why not.
     pub fn not_ready(&self) -> Option<String> {
         let Some(parts) = self.parts() else {
-            return self.without_topic().err();
+            return self.without_topic().err().map(|e| e.to_string());
         };
         for (p, slot) in parts.iter().enumerate() {
             let part = lock(slot);
@@ -535,14 +565,13 @@ impl Watcher {
 
     /// Before the topic's partitions are read: fine (no role yet) when
     /// Kafka said the topic does not exist; otherwise why it is not read.
-    fn without_topic(&self) -> Result<(), String> {
-        let topic = &self.config.topic;
+    fn without_topic(&self) -> Result<(), NotReady> {
         match self.topic_search() {
             TopicSearch::Absent | TopicSearch::Found => Ok(()),
-            TopicSearch::Looking(None) => Err(format!("looking for the topic {topic}")),
-            TopicSearch::Looking(Some(why)) => {
-                Err(format!("the topic {topic} is not readable: {why}"))
-            }
+            TopicSearch::Looking(why) => Err(NotReady::Topic {
+                topic: self.config.topic.clone(),
+                why,
+            }),
         }
     }
 
