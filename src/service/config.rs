@@ -49,6 +49,13 @@ pub struct HttpSettings {
     #[arg(long, env = "KRABKA_MAX_CHECK_ITEMS", default_value = "1000", value_parser = RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     pub max_check_items: usize,
 
+    /// Most POST /authority/check answered at once; more wait, their bodies
+    /// unread, within the request timeout. A full batch in flight costs
+    /// about 16 MiB (docs/operations.md, Memory), so this bounds the memory
+    /// of batches that the connection limit alone would not.
+    #[arg(long, env = "KRABKA_MAX_CONCURRENT_BATCHES", default_value = "4", value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    pub max_concurrent_batches: usize,
+
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "KRABKA_MAX_BODY_BYTES", default_value = "1048576", value_parser = RangedU64ValueParser::<usize>::new().range(1024..=64 * 1024 * 1024))]
     pub max_body_bytes: usize,

@@ -106,6 +106,8 @@ pub struct AppState {
     pub shutting_down: AtomicBool,
     /// Accepted API tokens, when the API is protected.
     pub api_tokens: Option<ApiTokens>,
+    /// Permits of batch checks in flight (`--max-concurrent-batches`).
+    pub batch_permits: tokio::sync::Semaphore,
 }
 
 impl AppState {
@@ -175,6 +177,7 @@ impl AppState {
             clock.clone(),
             metrics.clone(),
         )?;
+        let batch_permits = tokio::sync::Semaphore::new(config.http.max_concurrent_batches);
         Ok(Arc::new(AppState {
             readiness: Readiness::starting(format!(
                 "waiting for Kafka's first answer (bootstrap {})",
@@ -188,6 +191,7 @@ impl AppState {
             clock,
             closing: tokio::sync::watch::Sender::new(false),
             shutting_down: AtomicBool::new(false),
+            batch_permits,
             api_tokens,
         }))
     }

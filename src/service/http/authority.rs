@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -194,8 +194,16 @@ fn parse_item(item: &CheckItem) -> Result<(String, FencingToken), ApiError> {
 pub async fn post_check(
     State(state): State<Arc<AppState>>,
     Arrived(started): Arrived,
-    JsonBody(items): JsonBody<Vec<CheckItem>>,
+    request: Request,
 ) -> Result<Response, ApiError> {
+    // The body is read with a permit only: batches waiting for one hold
+    // their headers, not their bodies (the request timeout bounds the wait).
+    let _permit = state
+        .batch_permits
+        .acquire()
+        .await
+        .map_err(|_| ApiError::Internal)?;
+    let JsonBody(items) = JsonBody::<Vec<CheckItem>>::from_request(request, &state).await?;
     let limit = state.config.http.max_check_items;
     if items.len() > limit {
         return Err(ApiError::TooLarge(format!(

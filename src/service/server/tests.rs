@@ -219,3 +219,45 @@ async fn connections_beyond_the_limit_are_closed() {
     .await;
     served.stop().await;
 }
+
+#[tokio::test]
+async fn batch_checks_past_the_limit_wait_with_their_bodies_unread() {
+    let mut config = service_config();
+    config.http.max_concurrent_batches = 1;
+    config.http.request_timeout = Duration::from_secs(10);
+    let served = serve(config).await;
+    let body = br#"[{"role":"orders","token":"1:0"}]"#;
+    let head = format!(
+        "POST /authority/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+
+    // The first batch holds the only permit while its body is on its way.
+    let mut first = TcpStream::connect(&served.addr).await.unwrap();
+    first.write_all(head.as_bytes()).await.unwrap();
+    first.write_all(&body[..5]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // A second, whole batch waits for it: no answer while the first is open.
+    let mut second = TcpStream::connect(&served.addr).await.unwrap();
+    second.write_all(head.as_bytes()).await.unwrap();
+    second.write_all(body).await.unwrap();
+    assert!(
+        until_closed(&mut second, Duration::from_millis(700))
+            .await
+            .is_none(),
+        "the second batch was answered while the first held the permit"
+    );
+
+    // The first completes; then the second is answered too.
+    first.write_all(&body[5..]).await.unwrap();
+    let (answer, _) = until_closed(&mut first, Duration::from_secs(5))
+        .await
+        .expect("the first batch is answered");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let (answer, _) = until_closed(&mut second, Duration::from_secs(5))
+        .await
+        .expect("the second batch is answered once the permit is free");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    served.stop().await;
+}
