@@ -24,6 +24,9 @@
 //! the HTTP client and its tower guard are the `krabka-authority-client`
 //! crate, which depends on neither Kafka nor this server.
 //! - [`time`]: clocks and how instants are written.
+//!
+//! The fast tier's tests share their builders and `eventually` in
+//! `testkit` (compiled for tests only).
 
 mod backoff;
 mod bounded;
@@ -33,6 +36,8 @@ pub mod kafka;
 pub mod leadership;
 pub mod service;
 mod sync;
+#[cfg(test)]
+mod testkit;
 pub mod time;
 pub mod transport;
 

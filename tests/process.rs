@@ -56,8 +56,8 @@ fn refused(args: &[&str]) -> (i32, String) {
 
 #[test]
 fn unusable_settings_exit_2_naming_the_flag() {
-    let dir = std::env::temp_dir().join(format!("krabka-process-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path();
     let empty = dir.join("empty");
     std::fs::write(&empty, "# no token here\n").unwrap();
     let missing = dir.join("missing");
@@ -108,7 +108,6 @@ fn unusable_settings_exit_2_naming_the_flag() {
         );
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 struct Served(Child);

@@ -21,8 +21,10 @@ def seconds(text):
     return sum(int(n) * UNIT[u] for n, u in re.findall(r"([0-9]+)(ns|us|µs|ms|s|m|h)", text))
 
 # The memory budget of a pod (docs/operations.md, Memory): the process
-# itself (about 20 MiB measured, counted generously) and requests in flight.
-BASE_MIB, IN_FLIGHT_MIB = 64, 64
+# itself (about 20 MiB measured, counted generously) and requests in flight
+# (a full batch check costs about 16 MiB; KRABKA_MAX_CONCURRENT_BATCHES of
+# them at once).
+BASE_MIB, BATCH_MIB = 64, 16
 QUANTITY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "": 1}
 def mebibytes(quantity):
     """A Kubernetes memory quantity in MiB (None when unset)."""
@@ -82,9 +84,10 @@ for path in files:
         limit = mebibytes(container.get("resources", {}).get("limits", {}).get("memory"))
         caches = sum(int(env.get(k) or 0) for k in (
             "KRABKA_SUPERSEDED_CACHE_BYTES", "KRABKA_HIGH_WATER_BYTES", "KRABKA_COORDINATOR_CACHE_BYTES")) / 2**20
-        if limit is not None and limit < BASE_MIB + caches + IN_FLIGHT_MIB:
+        in_flight = int(env.get("KRABKA_MAX_CONCURRENT_BATCHES") or 4) * BATCH_MIB
+        if limit is not None and limit < BASE_MIB + caches + in_flight:
             err(path, f"memory limit {limit:.0f} MiB is under the process ({BASE_MIB} MiB) + the cache bounds "
-                      f"({caches:.0f} MiB) + requests in flight ({IN_FLIGHT_MIB} MiB)")
+                      f"({caches:.0f} MiB) + batch checks in flight ({in_flight} MiB)")
         for probe, want in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
             if container.get(probe, {}).get("httpGet", {}).get("path") != want:
                 err(path, f"{probe} is not GET {want}")

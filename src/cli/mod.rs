@@ -15,11 +15,11 @@ use tokio::time::Instant;
 use krabka_authority::coordination::{RoleState, Verdict, role_partition};
 use krabka_authority::kafka::{KafkaClient, KafkaError, KafkaSettings};
 use krabka_authority::service::check::Checker;
-use krabka_authority::service::http::extract::{parse_token, validate_role};
-use krabka_authority::service::http::views::roster as roster_view;
 use krabka_authority::service::watch::RoleView;
+use krabka_authority::service::watch::roster::roster as roster_view;
 use krabka_authority::service::{self, AppState, ServeError, ServiceConfig, SetupError};
 use krabka_authority::time::{Clock, SystemClock};
+use krabka_authority_types::{parse_token, validate_role};
 
 /// Exit status of a configuration refused before anything started.
 pub(crate) const EXIT_CONFIG: u8 = 2;

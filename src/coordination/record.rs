@@ -347,15 +347,11 @@ pub fn is_tombstone(value: Option<&[u8]>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit;
     use proptest::prelude::*;
 
     fn lease() -> Lease {
-        Lease {
-            member: "node-1".into(),
-            token: FencingToken::new(4000, 7).unwrap(),
-            granted_at: 1_700_000_000_000,
-            deadline: 1_700_000_030_000,
-        }
+        testkit::lease("node-1", testkit::t(4000, 7))
     }
 
     #[test]

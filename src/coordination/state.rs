@@ -383,49 +383,20 @@ impl PartitionState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordination::FencingToken;
-    use crate::coordination::record::{
-        Key, Registration, encode_key, encode_lease, encode_registration,
-    };
+    use crate::coordination::record::{Key, encode_key};
+    use crate::testkit::{lease_at, lease_record, registration_record, t, tombstone};
 
-    pub(crate) fn reg(offset: i64, role: &str, member: &str, at: i64) -> LogRecord {
-        LogRecord {
-            offset,
-            key: encode_key(&Key::registration(role, member)).unwrap().into(),
-            value: Some(
-                encode_registration(&Registration {
-                    member: member.into(),
-                    registered_at: at,
-                })
-                .unwrap()
-                .into(),
-            ),
-        }
+    fn reg(offset: i64, role: &str, member: &str, at: i64) -> LogRecord {
+        registration_record(offset, role, member, at)
     }
 
     fn dereg(offset: i64, role: &str, member: &str) -> LogRecord {
-        LogRecord {
-            offset,
-            key: encode_key(&Key::registration(role, member)).unwrap().into(),
-            value: None,
-        }
+        tombstone(offset, &Key::registration(role, member))
     }
 
     fn lease_rec(offset: i64, role: &str, member: &str, id: i64, epoch: i16) -> LogRecord {
-        LogRecord {
-            offset,
-            key: encode_key(&Key::lease(role)).unwrap().into(),
-            value: Some(
-                encode_lease(&Lease {
-                    member: member.into(),
-                    token: FencingToken::new(id, epoch).unwrap(),
-                    granted_at: 1000 + offset,
-                    deadline: 2000 + offset,
-                })
-                .unwrap()
-                .into(),
-            ),
-        }
+        let lease = lease_at(member, t(id, epoch), 1000 + offset, 2000 + offset);
+        lease_record(offset, role, &lease)
     }
 
     fn clear(offset: i64, role: &str, empty: bool) -> LogRecord {
@@ -548,7 +519,7 @@ mod tests {
         let state = RoleState::from_records("r", &records);
         let lease = state.lease().unwrap();
         assert_eq!(lease.member, "b");
-        assert_eq!(lease.token, FencingToken::new(5, 1).unwrap());
+        assert_eq!(lease.token, t(5, 1));
     }
 
     #[test]
@@ -562,15 +533,9 @@ mod tests {
         };
         let mut bad_lease = lease_rec(3, "r", "a", 1, 1);
         bad_lease.value = Some(Bytes::from_static(&[0, 0, 0]));
+        // c's key with someone else's registration in its value.
         let mut mismatch = reg(4, "r", "c", 3);
-        mismatch.value = Some(
-            encode_registration(&Registration {
-                member: "someone-else".into(),
-                registered_at: 3,
-            })
-            .unwrap()
-            .into(),
-        );
+        mismatch.value = reg(4, "r", "someone-else", 3).value;
         let records = [
             reg(0, "r", "a", 1),
             bad_value,

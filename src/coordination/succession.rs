@@ -105,10 +105,9 @@ pub fn evaluate(state: &RoleState, me: &str, now_ms: i64, config: &SuccessionCon
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordination::record::{
-        Key, Registration, encode_key, encode_lease, encode_registration,
-    };
+    use crate::coordination::record::Key;
     use crate::coordination::state::LogRecord;
+    use crate::testkit::{lease_at, lease_record, registration_record, t, tombstone};
 
     const CONFIG: SuccessionConfig = SuccessionConfig {
         lease_duration_ms: 30_000,
@@ -117,43 +116,19 @@ mod tests {
     };
 
     fn reg(offset: i64, member: &str, at: i64) -> LogRecord {
-        LogRecord {
-            offset,
-            key: encode_key(&Key::registration("r", member)).unwrap().into(),
-            value: Some(
-                encode_registration(&Registration {
-                    member: member.into(),
-                    registered_at: at,
-                })
-                .unwrap()
-                .into(),
-            ),
-        }
+        registration_record(offset, "r", member, at)
     }
 
     fn lease(offset: i64, member: &str, granted_at: i64, deadline: i64) -> LogRecord {
-        LogRecord {
+        lease_record(
             offset,
-            key: encode_key(&Key::lease("r")).unwrap().into(),
-            value: Some(
-                encode_lease(&Lease {
-                    member: member.into(),
-                    token: FencingToken::new(1, 0).unwrap(),
-                    granted_at,
-                    deadline,
-                })
-                .unwrap()
-                .into(),
-            ),
-        }
+            "r",
+            &lease_at(member, t(1, 0), granted_at, deadline),
+        )
     }
 
     fn clear(offset: i64) -> LogRecord {
-        LogRecord {
-            offset,
-            key: encode_key(&Key::lease("r")).unwrap().into(),
-            value: None,
-        }
+        tombstone(offset, &Key::lease("r"))
     }
 
     fn state(records: &[LogRecord]) -> RoleState {
@@ -292,11 +267,7 @@ mod tests {
             lease(3, "a", 10_000, 40_000),
             clear(4),
         ];
-        records.push(LogRecord {
-            offset: 5,
-            key: encode_key(&Key::registration("r", "a")).unwrap().into(),
-            value: None,
-        });
+        records.push(tombstone(5, &Key::registration("r", "a")));
         let mut s = state(&records);
         assert_eq!(evaluate(&s, "b", 10_001, &CONFIG), Decision::Challenge);
         // c observed the vacancy at 12_000: one stagger after that.

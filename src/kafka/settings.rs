@@ -281,8 +281,8 @@ mod tests {
 
     #[test]
     fn a_missing_or_empty_tls_file_is_refused_naming_its_flag() {
-        let dir = std::env::temp_dir().join(format!("krabka-tls-flags-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         let empty = dir.join("empty.pem");
         std::fs::write(&empty, "").unwrap();
         let mut a = args(&["b:1"]);
@@ -299,7 +299,6 @@ mod tests {
             err.starts_with("--kafka-tls-ca-file") && err.contains("empty"),
             "{err}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

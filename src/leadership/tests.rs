@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use super::*;
 use crate::coordination::RoleState;
+use crate::testkit::{T0, lease_at};
 use crate::time::ManualClock;
 use crate::transport::memory::{MemoryCluster, MemoryTransport};
 use crate::transport::{LeaseWriter, Registrar};
 
-const T0: i64 = 1_700_000_000_000;
 const LEASE_MS: i64 = 30_000;
 const STAGGER_MS: i64 = 5_000;
 const ROLE: &str = "orders";
@@ -280,16 +280,7 @@ async fn describe_leadership_names_only_the_current_token() {
         .await
         .unwrap();
     newer
-        .write_lease(
-            ROLE,
-            token,
-            &crate::coordination::Lease {
-                member: "z".into(),
-                token,
-                granted_at: T0,
-                deadline: T0 + 1,
-            },
-        )
+        .write_lease(ROLE, token, &lease_at("z", token, T0, T0 + 1))
         .await
         .unwrap();
     let status = describe_leadership(&t, ROLE).await.unwrap();

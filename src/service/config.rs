@@ -49,6 +49,13 @@ pub struct HttpSettings {
     #[arg(long, env = "KRABKA_MAX_CHECK_ITEMS", default_value = "1000", value_parser = RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     pub max_check_items: usize,
 
+    /// Most POST /authority/check answered at once; more wait, their bodies
+    /// unread, within the request timeout. A full batch in flight costs
+    /// about 16 MiB (docs/operations.md, Memory), so this bounds the memory
+    /// of batches that the connection limit alone would not.
+    #[arg(long, env = "KRABKA_MAX_CONCURRENT_BATCHES", default_value = "4", value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    pub max_concurrent_batches: usize,
+
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "KRABKA_MAX_BODY_BYTES", default_value = "1048576", value_parser = RangedU64ValueParser::<usize>::new().range(1024..=64 * 1024 * 1024))]
     pub max_body_bytes: usize,
@@ -301,7 +308,7 @@ impl ServiceConfig {
             return Err("--public-metrics contradicts --protect-metrics".into());
         }
         if let Some(path) = &auth.api_tokens_file {
-            super::http::auth::ApiTokens::load(path)
+            super::api_tokens::ApiTokens::load(path)
                 .map_err(|e| format!("--api-tokens-file: {e}"))?;
         }
         Ok(())
@@ -362,8 +369,8 @@ mod tests {
         let mut config = ServiceConfig::new("b:1");
         config.auth.protect_readyz = true;
         assert!(config.validate().unwrap_err().contains("--api-tokens-file"));
-        let dir = std::env::temp_dir().join(format!("krabka-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         let empty = dir.join("empty");
         std::fs::write(&empty, "# nothing\n").unwrap();
         config.auth.api_tokens_file = Some(empty);
@@ -384,6 +391,5 @@ mod tests {
         std::fs::write(&good, "secret\n").unwrap();
         config.auth.api_tokens_file = Some(good);
         assert_eq!(config.validate(), Ok(()));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

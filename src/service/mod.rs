@@ -8,8 +8,10 @@
 //!   tracker), per-role metrics and statuses;
 //! - [`http`]: routes, extractors, auth, problems, pages;
 //! - [`server`]: accepting connections and shutting down;
-//! - [`config`]: every setting, defined once.
+//! - [`config`]: every setting, defined once; [`api_tokens`]: the API's
+//!   bearer tokens, read from the file the settings name.
 
+pub mod api_tokens;
 pub mod check;
 pub mod config;
 pub mod http;

@@ -167,3 +167,6 @@ pub async fn run(
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,9 +4,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::api_tokens::ApiTokens;
 use super::check::Checker;
 use super::config::ServiceConfig;
-use super::http::auth::ApiTokens;
 use super::metrics::Metrics;
 use super::watch::{TopicLayout, TrackerConfig, WatchConfig, Watcher};
 use crate::cluster::{Cluster, ClusterError};
@@ -106,6 +106,8 @@ pub struct AppState {
     pub shutting_down: AtomicBool,
     /// Accepted API tokens, when the API is protected.
     pub api_tokens: Option<ApiTokens>,
+    /// Permits of batch checks in flight (`--max-concurrent-batches`).
+    pub batch_permits: tokio::sync::Semaphore,
 }
 
 impl AppState {
@@ -176,6 +178,7 @@ impl AppState {
             clock.clone(),
             metrics.clone(),
         )?;
+        let batch_permits = tokio::sync::Semaphore::new(config.http.max_concurrent_batches);
         Ok(Arc::new(AppState {
             readiness: Readiness::starting(format!(
                 "waiting for Kafka's first answer (bootstrap {})",
@@ -189,6 +192,7 @@ impl AppState {
             clock,
             closing: tokio::sync::watch::Sender::new(false),
             shutting_down: AtomicBool::new(false),
+            batch_permits,
             api_tokens,
         }))
     }

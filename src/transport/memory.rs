@@ -536,15 +536,7 @@ impl Transport for MemoryTransport {
 mod tests {
     use super::*;
     use crate::coordination::RoleState;
-
-    fn lease(member: &str, token: FencingToken) -> Lease {
-        Lease {
-            member: member.into(),
-            token,
-            granted_at: 0,
-            deadline: 1,
-        }
-    }
+    use crate::testkit::lease;
 
     const LEASE: Duration = Duration::from_secs(30);
 

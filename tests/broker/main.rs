@@ -15,7 +15,6 @@ mod cluster;
 mod faults;
 mod fresh_install;
 mod guarded_sink;
-mod http_limits;
 mod kafka_transport;
 mod leadership;
 mod prometheus;

@@ -29,7 +29,7 @@ use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::support::broker::{bootstrap, topic};
 use crate::support::process::{Process, binary, free_port};
-use crate::support::{repo, unique};
+use crate::support::{repo, unique, within};
 
 /// The `for:` of every rule in the test's copy of the rules.
 const FOR: &str = "5s";
@@ -239,23 +239,6 @@ fn demo(dir: &Path, name: &str, topic: &str, role: &str, extra: &[&str]) -> Proc
     )
 }
 
-/// Polls `check` every 100 ms until it gives a value; panics after `limit`
-/// saying what was awaited.
-async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The active alerts (pending or firing); fails if one is of `quiet`.
 async fn alerts_but_none_of(http: &reqwest::Client, prometheus: &str, quiet: &str) -> Vec<Value> {
     let alerts = api(http, &format!("{prometheus}/api/v1/alerts")).await;
@@ -322,11 +305,11 @@ async fn prometheus_fires_the_churn_alert_once_across_two_replicas_and_serves_th
         &quiet,
         &["--members", "2", "--lease", "3s", "--renew", "500ms"],
     );
-    wait_for("replica a ready", Duration::from_secs(30), || async {
+    within(Duration::from_secs(30), "replica a ready", || async {
         ready(&http, &url_a).await.then_some(())
     })
     .await;
-    let quiet_token: String = wait_for("the quiet role held", Duration::from_secs(30), || async {
+    let quiet_token: String = within(Duration::from_secs(30), "the quiet role held", || async {
         let r = http
             .get(format!("{url_a}/roles/{quiet}"))
             .send()
@@ -362,7 +345,7 @@ async fn prometheus_fires_the_churn_alert_once_across_two_replicas_and_serves_th
             .spawn()
             .expect("prometheus runs"),
     );
-    wait_for("Prometheus ready", Duration::from_secs(30), || async {
+    within(Duration::from_secs(30), "Prometheus ready", || async {
         http.get(format!("{prometheus}/-/ready"))
             .send()
             .await
@@ -532,9 +515,9 @@ async fn prometheus_fires_the_churn_alert_once_across_two_replicas_and_serves_th
     // Both replicas are scraped (b again since its restart) and report the
     // quiet role, stable: its silence is not for want of series.
     let stable = format!("krabka_role_status{{role=\"{quiet}\",status=\"stable\"}} == 1");
-    wait_for(
-        "both replicas scraped, the quiet role stable on both",
+    within(
         Duration::from_secs(15),
+        "both replicas scraped, the quiet role stable on both",
         || async {
             let up = query(&http, &prometheus, "up == 1").await.len();
             let stable = query(&http, &prometheus, &stable).await.len();
@@ -551,9 +534,9 @@ async fn prometheus_fires_the_churn_alert_once_across_two_replicas_and_serves_th
             .unwrap(),
     )
     .expect("the dashboard is JSON");
-    let roles = wait_for(
-        "the role variable's values",
+    let roles = within(
         Duration::from_secs(5),
+        "the role variable's values",
         || async {
             let data = api(
                 &http,

@@ -820,6 +820,16 @@ async fn the_service_works_with_exactly_the_documented_acls_and_a_missing_one_is
             body["detail"].as_str().unwrap().contains("uthorization"),
             "{body}"
         );
+        // Its own cause, not a coordinator that could not be asked: an
+        // operator must grant the ACL.
+        assert_eq!(
+            (body["type"].as_str(), body["title"].as_str()),
+            (
+                Some("urn:krabka-authority:problem:kafka-denied"),
+                Some("Kafka denied access")
+            ),
+            "{body}"
+        );
 
         // A wrong token is refused without an echo of what was sent.
         let refused = reqwest::Client::new()

@@ -34,7 +34,7 @@ fn reply(status: u16, body: Value) -> Response {
 }
 
 fn unavailable(retry_after: &str) -> Response {
-    let body = json!({"type": "urn:krabka-authority:problem:unavailable",
+    let body = json!({"type": "urn:krabka-authority:problem:coordinator-unavailable",
         "title": "Coordinator unavailable", "status": 503,
         "detail": "the transaction coordinator could not be asked: timed out"});
     let mut response = reply(503, body);

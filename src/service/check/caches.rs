@@ -162,10 +162,7 @@ impl Caches {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn t(id: i64, epoch: i16) -> FencingToken {
-        FencingToken::new(id, epoch).unwrap()
-    }
+    use crate::testkit::t;
 
     #[test]
     fn a_high_water_mark_only_rises() {

@@ -210,6 +210,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::testkit::t;
     use crate::time::ManualClock;
     use crate::transport::Coordinator;
     use crate::transport::memory::MemoryCluster;
@@ -233,7 +234,7 @@ mod tests {
     async fn every_verdict_and_only_superseded_is_cached() {
         let cluster = MemoryCluster::new(4);
         let checker = checker(&cluster);
-        let any = FencingToken::new(1, 1).unwrap();
+        let any = t(1, 1);
         let vacant = checker.check("r", any, soon()).await.unwrap();
         assert_eq!((vacant.verdict, vacant.current), (Verdict::Vacant, None));
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -15,8 +15,8 @@ use super::extract::{Arrived, JsonBody, Role, Token, parse_token, validate_role}
 use super::problem::ApiError;
 use crate::cluster::ClusterError;
 use crate::coordination::{FencingToken, Verdict};
-use crate::service::AppState;
 use crate::service::check::CheckAnswer;
+use crate::service::state::AppState;
 use crate::time::Rfc3339Ms;
 
 /// 200 for authoritative, 409 for every other verdict.
@@ -34,16 +34,20 @@ fn no_store(mut response: Response) -> Response {
     response
 }
 
-/// The 503 of a check whose coordinator could not be asked in time.
-fn unavailable(state: &AppState, role: &str, e: &ClusterError) -> ApiError {
+/// The error of a check the cluster could not answer, naming the role.
+fn not_asked(role: &str, e: ClusterError) -> ApiError {
     tracing::warn!(role, error = %e, "authority check failed: the coordinator could not be asked");
-    ApiError::unavailable(
-        format!("the transaction coordinator could not be asked about role {role:?}: {e}"),
-        state.config.http.retry_after_secs(),
-    )
+    let e = match e {
+        ClusterError::Unavailable(why) => ClusterError::Unavailable(format!(
+            "the transaction coordinator could not be asked about role {role:?}: {why}"
+        )),
+        other => other,
+    };
+    e.into()
 }
 
-/// Counts one answered check (or its problem) in the metrics.
+/// Counts one answered check (or its problem) in the metrics: a verdict,
+/// `invalid` for bad input, `unavailable` when it could not be decided.
 fn count(state: &AppState, answer: &Result<CheckAnswer, ApiError>, started: Instant) {
     let label = match answer {
         Ok(a) => {
@@ -52,8 +56,8 @@ fn count(state: &AppState, answer: &Result<CheckAnswer, ApiError>, started: Inst
             }
             a.verdict.as_str()
         }
-        Err(e) if e.status() == 503 => "unavailable",
-        Err(_) => "invalid",
+        Err(ApiError::Invalid { .. }) => "invalid",
+        Err(_) => "unavailable",
     };
     state.metrics.check(label, started.elapsed());
 }
@@ -63,7 +67,7 @@ pub async fn get_authority(
     State(state): State<Arc<AppState>>,
     role: Result<Role, ApiError>,
     token: Result<Token, ApiError>,
-) -> Response {
+) -> Result<Response, ApiError> {
     let started = Instant::now();
     let answer = async {
         let (Role(role), Token(token)) = (role?, token?);
@@ -72,14 +76,12 @@ pub async fn get_authority(
             .checker
             .check(&role, token, deadline)
             .await
-            .map_err(|e| unavailable(&state, &role, &e))
+            .map_err(|e| not_asked(&role, e))
     }
     .await;
     count(&state, &answer, started);
-    match answer {
-        Ok(answer) => no_store((status_of(&answer), Json(answer)).into_response()),
-        Err(problem) => problem.into_response(),
-    }
+    let answer = answer?;
+    Ok(no_store((status_of(&answer), Json(answer)).into_response()))
 }
 
 /// One item of a batch check. A missing or null role or token is that
@@ -152,7 +154,7 @@ impl BatchAnswer {
                 problem: None,
             },
             Err(problem) => BatchAnswer {
-                status: problem.status(),
+                status: problem.status().as_u16(),
                 role: item.role,
                 token: item.token,
                 verdict: None,
@@ -160,7 +162,7 @@ impl BatchAnswer {
                 state: None,
                 checked_at: None,
                 cached: None,
-                problem: Some(problem.into_problem()),
+                problem: Some(problem.problem()),
             },
         }
     }
@@ -192,19 +194,22 @@ fn parse_item(item: &CheckItem) -> Result<(String, FencingToken), ApiError> {
 pub async fn post_check(
     State(state): State<Arc<AppState>>,
     Arrived(started): Arrived,
-    body: Result<JsonBody<Vec<CheckItem>>, ApiError>,
-) -> Response {
-    let items = match body {
-        Ok(JsonBody(items)) => items,
-        Err(problem) => return problem.into_response(),
-    };
+    request: Request,
+) -> Result<Response, ApiError> {
+    // The body is read with a permit only: batches waiting for one hold
+    // their headers, not their bodies (the request timeout bounds the wait).
+    let _permit = state
+        .batch_permits
+        .acquire()
+        .await
+        .map_err(|_| ApiError::Internal)?;
+    let JsonBody(items) = JsonBody::<Vec<CheckItem>>::from_request(request, &state).await?;
     let limit = state.config.http.max_check_items;
     if items.len() > limit {
-        return ApiError::too_large(format!(
+        return Err(ApiError::TooLarge(format!(
             "{} items; at most {limit} per request",
             items.len()
-        ))
-        .into_response();
+        )));
     }
     let parsed: Vec<Result<(String, FencingToken), ApiError>> =
         items.iter().map(parse_item).collect();
@@ -222,11 +227,11 @@ pub async fn post_check(
                 checked
                     .next()
                     .unwrap_or_else(|| Err(ClusterError::Invalid("unanswered".into())))
-                    .map_err(|e| unavailable(&state, &role, &e))
+                    .map_err(|e| not_asked(&role, e))
             });
             count(&state, &answer, started);
             BatchAnswer::of(item, answer)
         })
         .collect();
-    no_store(Json(BatchResponse { results }).into_response())
+    Ok(no_store(Json(BatchResponse { results }).into_response()))
 }

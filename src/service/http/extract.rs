@@ -110,7 +110,7 @@ fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-impl<T> axum::extract::FromRequest<std::sync::Arc<crate::service::AppState>> for JsonBody<T>
+impl<T> axum::extract::FromRequest<std::sync::Arc<crate::service::state::AppState>> for JsonBody<T>
 where
     T: serde::de::DeserializeOwned,
 {
@@ -118,12 +118,12 @@ where
 
     async fn from_request(
         request: axum::extract::Request,
-        state: &std::sync::Arc<crate::service::AppState>,
+        state: &std::sync::Arc<crate::service::state::AppState>,
     ) -> Result<JsonBody<T>, ApiError> {
         let limit = state.config.http.max_body_bytes;
         if !is_json(request.headers()) {
-            return Err(ApiError::unsupported_media_type(
-                "the body must be JSON: send Content-Type: application/json",
+            return Err(ApiError::UnsupportedMediaType(
+                "the body must be JSON: send Content-Type: application/json".into(),
             ));
         }
         let declared = request
@@ -132,7 +132,7 @@ where
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > limit as u64) {
-            return Err(ApiError::too_large(format!(
+            return Err(ApiError::TooLarge(format!(
                 "the body is over the limit of {limit} bytes"
             )));
         }
@@ -151,15 +151,15 @@ where
         )
         .await
         .map_err(|_| {
-            ApiError::timeout(format!(
+            ApiError::Timeout(format!(
                 "the body did not arrive within the request timeout ({timeout:?})"
             ))
         })?;
         let bytes = read.map_err(|e| {
             if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::too_large(format!("the body is over the limit of {limit} bytes"))
+                ApiError::TooLarge(format!("the body is over the limit of {limit} bytes"))
             } else if timed_out(&e) {
-                ApiError::timeout("the body did not arrive within the request timeout")
+                ApiError::Timeout("the body did not arrive within the request timeout".into())
             } else {
                 ApiError::invalid("body", e.body_text())
             }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, on};
 use tower::ServiceBuilder;
@@ -27,12 +27,13 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
+use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use self::auth::Access;
 use self::problem::ApiError;
-use super::AppState;
+use super::state::AppState;
 
 /// Lists every route once: the groups (by who may call them, and whether
 /// the request timeout bounds them), and `ROUTES`, which a test holds the
@@ -102,16 +103,16 @@ impl MakeRequestId for Ids {
 /// without a token, so it learns nothing of what exists.
 async fn not_found(State(state): State<Arc<AppState>>, request: Request) -> Response {
     if auth::refused(&state, &request) {
-        return auth::unauthorized();
+        return ApiError::Unauthorized.into_response();
     }
-    ApiError::not_found("no such endpoint; see /openapi.yaml").into_response()
+    ApiError::NotFound("no such endpoint; see /openapi.yaml".into()).into_response()
 }
 
 async fn method_not_allowed(State(state): State<Arc<AppState>>, request: Request) -> Response {
     if auth::refused(&state, &request) {
-        return auth::unauthorized();
+        return ApiError::Unauthorized.into_response();
     }
-    ApiError::method_not_allowed("this endpoint does not take that method; see /openapi.yaml")
+    ApiError::MethodNotAllowed("this endpoint does not take that method; see /openapi.yaml".into())
         .into_response()
 }
 
@@ -152,7 +153,7 @@ async fn edge(mut request: Request, next: axum::middleware::Next) -> Response {
 
 fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
     tracing::error!("a handler panicked");
-    ApiError::internal().into_response()
+    ApiError::Internal.into_response()
 }
 
 /// The service's router over `state`.
@@ -184,15 +185,22 @@ pub fn router(state: Arc<AppState>) -> Router {
                     ServiceBuilder::new()
                         .layer(HandleErrorLayer::new(
                             move |_: tower::BoxError| async move {
-                                ApiError::unavailable(
-                                    format!("the request took longer than {timeout:?}"),
-                                    retry_after,
-                                )
+                                ApiError::Overdue(format!(
+                                    "the request took longer than {timeout:?}"
+                                ))
                             },
                         ))
                         .timeout(timeout),
                 );
         }
+        // Every 503 (a problem, a page, readiness) says when to ask again.
+        group = group.layer(SetResponseHeaderLayer::if_not_present(
+            header::RETRY_AFTER,
+            move |response: &Response| {
+                (response.status() == StatusCode::SERVICE_UNAVAILABLE)
+                    .then(|| HeaderValue::from(retry_after))
+            },
+        ));
         app = app.merge(group);
     }
     let routes = app

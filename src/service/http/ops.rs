@@ -8,7 +8,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::service::AppState;
+use crate::service::state::AppState;
 use crate::service::watch::TopicSearch;
 
 /// The OpenAPI document, served as written.
@@ -86,12 +86,13 @@ pub async fn openapi() -> Response {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
+    use std::collections::{BTreeMap, BTreeSet};
 
     use yaml_rust2::{Yaml, YamlLoader};
 
     use super::OPENAPI_YAML;
     use crate::service::http::ROUTES;
+    use crate::service::http::problem::tests::every_cause;
 
     /// The HTTP methods a path item may hold (OpenAPI 3.1, "Path Item Object").
     const METHODS: [&str; 8] = [
@@ -174,6 +175,67 @@ mod tests {
             undocumented.is_empty() && unrouted.is_empty(),
             "openapi/openapi.yaml and router::ROUTES disagree:\n  routed but not documented: {undocumented:?}\n  documented but not routed: {unrouted:?}"
         );
+    }
+
+    /// Every problem value anywhere in the document (an object with a
+    /// `type` under the problem prefix and a `title`).
+    fn problems_in(node: &Yaml, out: &mut Vec<(String, String)>) {
+        match node {
+            Yaml::Hash(map) => {
+                let field = |k: &str| match map.get(&Yaml::String(k.into())) {
+                    Some(Yaml::String(s)) => Some(s.clone()),
+                    _ => None,
+                };
+                if let (Some(kind), Some(title)) = (field("type"), field("title"))
+                    && kind.starts_with(krabka_authority_types::PROBLEM_BASE)
+                {
+                    out.push((kind, title));
+                }
+                map.values().for_each(|v| problems_in(v, out));
+            }
+            Yaml::Array(items) => items.iter().for_each(|v| problems_in(v, out)),
+            _ => {}
+        }
+    }
+
+    /// The document names every cause of an error answer the service has,
+    /// and each example problem carries the title the service gives it.
+    #[test]
+    fn the_documented_problems_are_the_services() {
+        let doc = document();
+        let causes: BTreeMap<String, String> = every_cause()
+            .iter()
+            .map(|e| (e.problem().kind, e.problem().title))
+            .collect();
+        let listed: BTreeSet<String> =
+            doc["components"]["schemas"]["Problem"]["properties"]["type"]["examples"]
+                .as_vec()
+                .expect("Problem.type lists its examples")
+                .iter()
+                .filter_map(|y| y.as_str().map(str::to_owned))
+                .collect();
+        let missing: Vec<&String> = causes.keys().filter(|k| !listed.contains(*k)).collect();
+        assert!(
+            missing.is_empty(),
+            "problem types the service answers but Problem.type does not list: {missing:?}"
+        );
+        let mut examples = Vec::new();
+        problems_in(&doc, &mut examples);
+        assert!(examples.len() >= 10, "{examples:?}");
+        for (kind, title) in &examples {
+            let expected = match kind.strip_prefix(krabka_authority_types::PROBLEM_BASE) {
+                Some(field) if field.starts_with("invalid-") => {
+                    format!("Invalid {}", &field["invalid-".len()..])
+                }
+                _ => causes
+                    .get(kind)
+                    .unwrap_or_else(|| {
+                        panic!("the document shows {kind}, which the service never answers")
+                    })
+                    .clone(),
+            };
+            assert_eq!(title, &expected, "the title of {kind} in the document");
+        }
     }
 
     #[test]

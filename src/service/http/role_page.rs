@@ -14,15 +14,16 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::extract::Role;
 use super::status_page::{STYLE, escape, html, path_segment};
-use super::views::{LeaseView, RosterView, roster, view_headers};
+use super::views::view_headers;
 use crate::coordination::FencingToken;
-use crate::service::AppState;
-use crate::service::watch::{ChangeKind, RoleEvent};
+use crate::service::state::AppState;
+use crate::service::watch::roster::{LeaseView, RosterView, roster};
+use crate::service::watch::{ChangeKind, NotReady, RoleEvent};
 use crate::time::Rfc3339Ms;
 
 /// Most holding periods drawn: a flapping role with a long history would
@@ -705,7 +706,7 @@ pub fn render_not_found(topic: &str, role: &str) -> String {
 }
 
 /// The page while the views are not ready (it refreshes itself).
-pub fn render_not_ready(role: &str, why: &str) -> String {
+pub fn render_not_ready(role: &str, why: &NotReady) -> String {
     let mut out = String::with_capacity(1024);
     head(&mut out, role, true);
     let _ = write!(
@@ -713,7 +714,7 @@ pub fn render_not_ready(role: &str, why: &str) -> String {
         "<h1>Role <code>{}</code></h1><p class=\"muted\">Not ready: {}</p>\
          <p><a href=\"/\">← all roles</a></p></body></html>",
         escape(role),
-        escape(why),
+        escape(&why.to_string()),
     );
     out
 }
@@ -745,17 +746,10 @@ pub async fn page(State(state): State<Arc<AppState>>, Role(role): Role) -> Respo
             StatusCode::NOT_FOUND,
             render_not_found(&state.config.kafka.topic, &role),
         ),
-        Err(why) => {
-            let mut response = html(
-                StatusCode::SERVICE_UNAVAILABLE,
-                render_not_ready(&role, &why),
-            );
-            response.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(state.config.http.retry_after_secs()),
-            );
-            response
-        }
+        Err(why) => html(
+            StatusCode::SERVICE_UNAVAILABLE,
+            render_not_ready(&role, &why),
+        ),
     }
 }
 

@@ -11,8 +11,8 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::service::AppState;
-use crate::service::watch::RoleView;
+use crate::service::state::AppState;
+use crate::service::watch::{NotReady, RoleView};
 
 /// Most roles listed on one page.
 const PAGE: usize = 500;
@@ -126,7 +126,7 @@ pub(super) fn html(status: StatusCode, body: String) -> Response {
 /// Renders the page for `views` at `now_ms`.
 pub fn render(
     topic: &str,
-    views: Result<&[RoleView], &str>,
+    views: Result<&[RoleView], &NotReady>,
     filter: Option<&str>,
     now_ms: i64,
 ) -> String {
@@ -139,7 +139,11 @@ pub fn render(
     );
     match views {
         Err(why) => {
-            let _ = write!(out, "<p class=\"muted\">Not ready: {}</p>", escape(why));
+            let _ = write!(
+                out,
+                "<p class=\"muted\">Not ready: {}</p>",
+                escape(&why.to_string())
+            );
         }
         Ok(views) => {
             let shown: Vec<&RoleView> = views
@@ -181,7 +185,7 @@ pub async fn page(
     let views = state.watcher.all();
     let body = render(
         &state.config.kafka.topic,
-        views.as_deref().map_err(String::as_str),
+        views.as_deref(),
         query.get("q").map(String::as_str).filter(|q| !q.is_empty()),
         state.clock.now_ms(),
     );
@@ -218,22 +222,8 @@ mod tests {
 
     #[test]
     fn an_extreme_deadline_prints_without_overflow() {
-        let record = |deadline: i64| crate::coordination::LogRecord {
-            offset: 0,
-            key: crate::coordination::encode_key(&crate::coordination::Key::lease("r"))
-                .unwrap()
-                .into(),
-            value: Some(
-                crate::coordination::encode_lease(&crate::coordination::Lease {
-                    member: "m".into(),
-                    token: crate::coordination::FencingToken::new(1, 1).unwrap(),
-                    granted_at: 0,
-                    deadline,
-                })
-                .unwrap()
-                .into(),
-            ),
-        };
+        use crate::testkit::{lease_at, lease_record, t};
+        let record = |deadline: i64| lease_record(0, "r", &lease_at("m", t(1, 1), 0, deadline));
         for deadline in [i64::MIN, i64::MAX] {
             let view = view_of(RoleState::from_records("r", &[record(deadline)]));
             assert!(countdown(&view, 1_000).contains(" s "));

@@ -21,9 +21,10 @@ use tokio::sync::{broadcast, watch};
 
 use super::extract::Role;
 use super::problem::ApiError;
-use super::views::roster;
-use crate::service::AppState;
+use super::views::not_ready;
+use crate::service::state::AppState;
 use crate::service::watch::RoleEvent;
+use crate::service::watch::roster::roster;
 
 fn change(event: &RoleEvent) -> Event {
     Event::default()
@@ -60,7 +61,8 @@ fn whole(state: &AppState, role: &str, name: &str) -> (Event, i64) {
         // must not hold a newline, and clients ignore data-less events.
         Err(why) => (
             Event::default().event(name).data(
-                serde_json::json!({ "role": role, "roster": null, "reason": why }).to_string(),
+                serde_json::json!({ "role": role, "roster": null, "reason": why.to_string() })
+                    .to_string(),
             ),
             -1,
         ),
@@ -154,7 +156,7 @@ pub async fn role_events(
     State(state): State<Arc<AppState>>,
     Role(role): Role,
     headers: HeaderMap,
-) -> Response {
+) -> Result<Response, ApiError> {
     let last = match headers
         .get("last-event-id")
         .map(|v| v.to_str().map(str::trim))
@@ -163,22 +165,17 @@ pub async fn role_events(
         Some(Ok(text)) => match text.parse::<i64>() {
             Ok(id) if id >= -1 => Some(id),
             _ => {
-                return ApiError::invalid(
+                return Err(ApiError::invalid(
                     "Last-Event-ID",
                     format!("{text:?} is not an event id (an offset)"),
-                )
-                .into_response();
+                ));
             }
         },
-        Some(Err(_)) => {
-            return ApiError::invalid("Last-Event-ID", "not visible ASCII").into_response();
-        }
+        Some(Err(_)) => return Err(ApiError::invalid("Last-Event-ID", "not visible ASCII")),
     };
     // The role's partition must be caught up: a snapshot must be whole.
-    if let Err(why) = state.watcher.role(&role) {
-        return ApiError::unavailable(why, state.config.http.retry_after_secs()).into_response();
-    }
-    Sse::new(feed(state, role, last))
+    state.watcher.role(&role).map_err(not_ready)?;
+    Ok(Sse::new(feed(state, role, last))
         .keep_alive(KeepAlive::default())
-        .into_response()
+        .into_response())
 }

@@ -12,23 +12,16 @@ use serde_json::Value;
 use tower::ServiceExt;
 
 use super::router;
-use crate::coordination::{FencingToken, Lease};
-use crate::service::metrics::Metrics;
 use crate::service::{AppState, ServiceConfig};
+use crate::testkit::{T0, app_state_at, eventually, lease, service_config};
 use crate::time::ManualClock;
 use crate::transport::memory::MemoryCluster;
 use crate::transport::{Coordinator, LeaseWriter, Registrar};
 
 const LEASE: Duration = Duration::from_secs(30);
 const TOKEN: &str = "test-api-token";
-
-fn config() -> ServiceConfig {
-    let mut config = ServiceConfig::new("memory:1");
-    config.http.request_timeout = Duration::from_millis(300);
-    config.watch.roster_ttl = Duration::from_millis(20);
-    config.watch.poll_interval = Duration::from_millis(100);
-    config
-}
+/// How long a test waits for the watcher or the prober.
+const FIVE_S: Duration = Duration::from_secs(5);
 
 struct Rig {
     cluster: MemoryCluster,
@@ -50,14 +43,8 @@ fn rig_with(config: ServiceConfig) -> Rig {
 }
 
 fn rig_on(cluster: MemoryCluster, config: ServiceConfig) -> Rig {
-    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
-    let state = AppState::with_cluster(
-        config,
-        Arc::new(cluster.clone()),
-        Arc::new(Metrics::new().unwrap()),
-        clock.clone(),
-    )
-    .unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let state = app_state_at(&cluster, config, clock.clone());
     tokio::spawn(state.watcher.clone().run());
     let app = router(state.clone());
     Rig {
@@ -69,7 +56,7 @@ fn rig_on(cluster: MemoryCluster, config: ServiceConfig) -> Rig {
 }
 
 fn rig() -> Rig {
-    rig_with(config())
+    rig_with(service_config())
 }
 
 fn with_tokens(mut config: ServiceConfig) -> ServiceConfig {
@@ -105,15 +92,6 @@ async fn call(app: &Router, request: Request<Body>) -> (StatusCode, HeaderMap, V
     let json = serde_json::from_slice(&bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
     (parts.status, parts.headers, json)
-}
-
-fn lease(member: &str, token: FencingToken) -> Lease {
-    Lease {
-        member: member.into(),
-        token,
-        granted_at: 1_700_000_000_000,
-        deadline: 1_700_000_030_000,
-    }
 }
 
 #[tokio::test]
@@ -163,6 +141,14 @@ async fn a_check_answers_every_verdict_and_503_with_retry_after_when_the_cluster
     );
     assert_eq!(headers[header::RETRY_AFTER], "1");
     assert_eq!(headers[header::CONTENT_TYPE], "application/problem+json");
+    assert_eq!(
+        (body["type"].as_str(), body["title"].as_str()),
+        (
+            Some("urn:krabka-authority:problem:coordinator-unavailable"),
+            Some("Coordinator unavailable")
+        ),
+        "{body}"
+    );
     let (_, _, body) = call(&rig.app, get(&uri)).await;
     assert_eq!(
         body["cached"], true,
@@ -370,7 +356,7 @@ async fn a_body_that_trickles_then_stalls_is_408_at_the_request_timeout() {
 
 #[tokio::test]
 async fn with_api_tokens_a_stranger_learns_nothing() {
-    let rig = rig_with(with_tokens(config()));
+    let rig = rig_with(with_tokens(service_config()));
     let stranger = [
         ("GET", "/roles/r/authority?token=1:1"),
         ("GET", "/roles"),
@@ -432,7 +418,7 @@ async fn with_api_tokens_a_stranger_learns_nothing() {
         (StatusCode::CONFLICT, Some("vacant"))
     );
 
-    let mut open_metrics = with_tokens(config());
+    let mut open_metrics = with_tokens(service_config());
     open_metrics.auth.public_metrics = true;
     let rig = rig_with(open_metrics);
     assert_eq!(call(&rig.app, get("/metrics")).await.0, StatusCode::OK);
@@ -483,6 +469,55 @@ async fn an_http11_request_needs_exactly_one_host() {
     );
 }
 
+/// Each 503 names its cause in its type and title, and says when to ask
+/// again: views whose topic was not found yet are not a coordinator that
+/// could not be asked.
+#[tokio::test]
+async fn every_503_names_its_own_cause() {
+    let rig = rig();
+    rig.cluster.set_unavailable(Some("the brokers are down"));
+    let problem = |body: &Value| {
+        (
+            body["type"].as_str().map(str::to_owned),
+            body["title"].as_str().map(str::to_owned),
+        )
+    };
+    let of = |kind: &str, title: &str| {
+        (
+            Some(format!("urn:krabka-authority:problem:{kind}")),
+            Some(title.to_owned()),
+        )
+    };
+    for path in ["/roles/orders", "/roles", "/roles/orders/events"] {
+        let (status, headers, body) = call(&rig.app, get(path)).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}: {body}");
+        assert_eq!(headers[header::RETRY_AFTER], "1", "{path}");
+        assert_eq!(
+            problem(&body),
+            of("topic-unavailable", "Coordination topic unavailable"),
+            "{path}: {body}"
+        );
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("the roster views are not ready: ")),
+            "{body}"
+        );
+    }
+    let (status, headers, body) = call(&rig.app, get("/roles/orders/authority?token=1:1")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(headers[header::RETRY_AFTER], "1");
+    assert_eq!(
+        problem(&body),
+        of("coordinator-unavailable", "Coordinator unavailable"),
+        "{body}"
+    );
+    // Readiness is not a problem, and says when to ask again too.
+    let (status, headers, _) = call(&rig.app, get("/readyz")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(headers[header::RETRY_AFTER], "1");
+}
+
 #[tokio::test]
 async fn roster_views_follow_the_topic() {
     let rig = rig();
@@ -493,7 +528,7 @@ async fn roster_views_follow_the_topic() {
         .write_lease("orders", token, &lease("node-1", token))
         .await
         .unwrap();
-    let view = within_5s("the lease in the view", async || {
+    let view = eventually(FIVE_S, "the lease in the view", async || {
         let (status, _, body) = call(&rig.app, get("/roles/orders")).await;
         (status == StatusCode::OK && !body["lease"].is_null()).then_some(body)
     })
@@ -588,7 +623,7 @@ async fn a_role_page_is_html_under_the_strict_policy_with_503_and_404_pages() {
     assert!(body.as_str().unwrap().contains("Not ready: "), "{body}");
     rig.cluster.set_unavailable(None);
     // Ready: an unknown role is a 404 page. Changes from here on are kept.
-    let (headers, body) = within_5s("a 404 page once ready", async || {
+    let (headers, body) = eventually(FIVE_S, "a 404 page once ready", async || {
         let (status, headers, body) = call(&rig.app, get("/roles/orders/page")).await;
         if status == StatusCode::NOT_FOUND {
             return Some((headers, body));
@@ -613,7 +648,7 @@ async fn a_role_page_is_html_under_the_strict_policy_with_503_and_404_pages() {
         .write_lease("orders", token, &lease("node-1", token))
         .await
         .unwrap();
-    let (headers, page) = within_5s("the holder on the page", async || {
+    let (headers, page) = eventually(FIVE_S, "the holder on the page", async || {
         let (status, headers, body) = call(&rig.app, get("/roles/orders/page")).await;
         let page = body.as_str().filter(|b| b.contains("Held by"))?.to_owned();
         (status == StatusCode::OK).then_some((headers, page))
@@ -721,7 +756,7 @@ proptest! {
 
 #[tokio::test]
 async fn memory_stays_bounded_whatever_role_names_are_asked_about() {
-    let mut config = config();
+    let mut config = service_config();
     config.check.superseded_cache_bytes = 200_000;
     config.check.high_water_bytes = 200_000;
     let rig = rig_with(config);
@@ -750,29 +785,14 @@ async fn memory_stays_bounded_whatever_role_names_are_asked_about() {
     );
 }
 
-/// Polls `probe` every 10 ms until it gives `Some`, for at most 5 s.
-async fn within_5s<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: not within 5 s"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// A fresh cluster, without the coordination topic: the service is ready
 /// (with a note), checks answer, views say no role is registered; when the
 /// first candidate registers (creating the topic), the watcher finds it
 /// without a restart and the views show the role.
 #[tokio::test]
 async fn a_fresh_cluster_without_the_topic_is_ready_and_the_first_candidate_shows() {
-    let rig = rig_on(MemoryCluster::without_topic(4), config());
-    let (status, _, body) = within_5s("ready without the topic", async || {
+    let rig = rig_on(MemoryCluster::without_topic(4), service_config());
+    let (status, _, body) = eventually(FIVE_S, "ready without the topic", async || {
         rig.state.probe().await;
         let answer = call(&rig.app, get("/readyz")).await;
         (answer.0 == StatusCode::OK).then_some(answer)
@@ -818,7 +838,7 @@ async fn a_fresh_cluster_without_the_topic_is_ready_and_the_first_candidate_show
         .register("r", "a", 1_700_000_000_000)
         .await
         .unwrap();
-    let body = within_5s("the role in the views", async || {
+    let body = eventually(FIVE_S, "the role in the views", async || {
         let (status, _, body) = call(&rig.app, get("/roles/r")).await;
         (status == StatusCode::OK).then_some(body)
     })
@@ -841,16 +861,19 @@ async fn a_fresh_cluster_without_the_topic_is_ready_and_the_first_candidate_show
 /// the partition count of its flags.
 #[tokio::test]
 async fn with_create_topic_the_service_creates_the_missing_topic() {
-    let mut config = config();
+    let mut config = service_config();
     config.topic_creation.create_topic = true;
     config.topic_creation.topic_partitions = 3;
     let cluster = MemoryCluster::without_topic(4);
     let rig = rig_on(cluster.clone(), config);
-    within_5s("the topic created", async || {
+    eventually(FIVE_S, "the topic created", async || {
         cluster.topic_exists().then_some(())
     })
     .await;
-    let partitions = within_5s("the watcher on it", async || rig.state.watcher.partitions()).await;
+    let partitions = eventually(FIVE_S, "the watcher on it", async || {
+        rig.state.watcher.partitions()
+    })
+    .await;
     assert_eq!(partitions, 3);
     rig.state.probe().await;
     let (status, _, body) = call(&rig.app, get("/readyz")).await;
@@ -864,9 +887,9 @@ async fn with_create_topic_the_service_creates_the_missing_topic() {
 async fn while_kafka_is_unreachable_at_start_readyz_says_why_at_once() {
     let cluster = MemoryCluster::new(4);
     cluster.set_unreachable(Some("127.0.0.1:9092: Connection refused (os error 111)"));
-    let rig = rig_on(cluster.clone(), config());
+    let rig = rig_on(cluster.clone(), service_config());
     let prober = tokio::spawn(rig.state.clone().probe_forever(Duration::from_secs(1)));
-    let body = within_5s("the reason in /readyz", async || {
+    let body = eventually(FIVE_S, "the reason in /readyz", async || {
         let (status, _, body) = call(&rig.app, get("/readyz")).await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
         body["reason"]
@@ -880,7 +903,7 @@ async fn while_kafka_is_unreachable_at_start_readyz_says_why_at_once() {
         "starting: cannot reach Kafka: 127.0.0.1:9092: Connection refused (os error 111)"
     );
     cluster.set_unreachable(None);
-    within_5s("ready once Kafka answers", async || {
+    eventually(FIVE_S, "ready once Kafka answers", async || {
         (call(&rig.app, get("/readyz")).await.0 == StatusCode::OK).then_some(())
     })
     .await;

@@ -1,5 +1,6 @@
 //! `GET /roles` and `GET /roles/{role}`: roster views from the compacted
-//! topic, with their staleness.
+//! topic, with their staleness, as the watcher computes them
+//! ([`crate::service::watch::roster`]).
 
 use std::sync::Arc;
 
@@ -11,123 +12,9 @@ use serde::Serialize;
 
 use super::extract::Role;
 use super::problem::ApiError;
-use crate::coordination::{FencingToken, challenge_at, challenge_rank};
-use crate::service::AppState;
-use crate::service::watch::{CoordinatorView, RoleStatus, RoleView, TopicSearch};
-use crate::time::Rfc3339Ms;
-
-/// A registered member in rank order.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MemberView<'a> {
-    /// The member id.
-    pub member: &'a str,
-    /// Its 0-based position in join order.
-    pub rank: usize,
-    /// The offset of its latest registration (its join sequence).
-    pub offset: i64,
-    /// When it registered, by its own clock.
-    pub registered_at: Rfc3339Ms,
-}
-
-/// The current lease.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaseView<'a> {
-    /// The holder.
-    pub member: &'a str,
-    /// The holder's token.
-    pub token: FencingToken,
-    /// The lease record's offset.
-    pub offset: Option<i64>,
-    /// When it was written, by the holder's clock.
-    pub granted_at: Rfc3339Ms,
-    /// When standbys may challenge, by the holder's clock.
-    pub deadline: Rfc3339Ms,
-    /// The deadline as epoch milliseconds.
-    pub deadline_ms: i64,
-    /// True when the deadline has passed by the service clock.
-    pub expired: bool,
-    /// Milliseconds until the deadline by the service clock (negative once expired).
-    pub remaining_ms: i64,
-}
-
-/// A member that may challenge, and when.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ChallengerView<'a> {
-    /// The member id.
-    pub member: &'a str,
-    /// Its rank among the challengers (the holder excluded).
-    pub rank: usize,
-    /// When it may challenge, by the succession rules and the configured stagger.
-    pub challenge_at: Rfc3339Ms,
-}
-
-/// How fresh a view is.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Staleness {
-    /// Every record below this offset of the partition is included.
-    pub offset: i64,
-    /// Milliseconds since `refreshed_at`.
-    pub age_ms: u64,
-    /// The instant the partition's log is known to have held nothing more
-    /// (the watcher's module docs).
-    pub refreshed_at: Rfc3339Ms,
-}
-
-/// The roster of one role.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RosterView<'a> {
-    /// The role.
-    pub role: &'a str,
-    /// Its partition of the topic.
-    pub partition: i32,
-    /// Registered members in rank (join) order.
-    pub members: Vec<MemberView<'a>>,
-    /// The lease, or `null` when nobody holds one.
-    pub lease: Option<LeaseView<'a>>,
-    /// The members that would challenge next, in order.
-    pub challengers: Vec<ChallengerView<'a>>,
-    /// The role's status; absent outside the service.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<RoleStatus>,
-    /// Failovers within the status window.
-    pub failovers_in_window: usize,
-    /// What the coordinator said at its last poll; `null` before the first.
-    pub coordinator: Option<&'a CoordinatorView>,
-    /// The view's staleness.
-    pub view: Staleness,
-}
-
-/// One line of `GET /roles`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RoleSummary<'a> {
-    /// The role.
-    pub role: &'a str,
-    /// Its partition.
-    pub partition: i32,
-    /// The lease holder, if any.
-    pub holder: Option<&'a str>,
-    /// The holder's token, if any.
-    pub token: Option<FencingToken>,
-    /// The lease deadline, if any.
-    pub deadline: Option<Rfc3339Ms>,
-    /// True when the lease deadline has passed.
-    pub expired: bool,
-    /// Registered members.
-    pub candidates: usize,
-    /// The role's status.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<RoleStatus>,
-    /// Failovers within the status window.
-    pub failovers_in_window: usize,
-    /// The age of the role's view.
-    pub age_ms: u64,
-}
+use crate::service::state::AppState;
+use crate::service::watch::roster::{RoleSummary, roster, summary};
+use crate::service::watch::{NotReady, TopicSearch};
 
 /// The body of `GET /roles`.
 #[derive(Debug, Serialize)]
@@ -136,133 +23,55 @@ pub struct RolesList<'a> {
     pub roles: Vec<RoleSummary<'a>>,
 }
 
-/// Builds the roster of one role at `now_ms`.
-pub fn roster(view: &RoleView, now_ms: i64, stagger_ms: i64) -> RosterView<'_> {
-    let state = &view.state;
-    let members = state
-        .members()
-        .iter()
-        .enumerate()
-        .map(|(rank, m)| MemberView {
-            member: &m.member,
-            rank,
-            offset: m.offset,
-            registered_at: Rfc3339Ms(m.registered_at),
-        })
-        .collect();
-    let lease = state.lease().map(|l| LeaseView {
-        member: &l.member,
-        token: l.token,
-        offset: state.lease_offset(),
-        granted_at: Rfc3339Ms(l.granted_at),
-        deadline: Rfc3339Ms(l.deadline),
-        deadline_ms: l.deadline,
-        expired: now_ms >= l.deadline,
-        remaining_ms: l.deadline.saturating_sub(now_ms),
-    });
-    let mut challengers: Vec<ChallengerView<'_>> = state
-        .members()
-        .iter()
-        .filter_map(|m| {
-            Some(ChallengerView {
-                member: &m.member,
-                rank: challenge_rank(state, &m.member)?,
-                challenge_at: Rfc3339Ms(challenge_at(state, &m.member, stagger_ms)?),
-            })
-        })
-        .collect();
-    challengers.sort_by_key(|c| c.rank);
-    RosterView {
-        role: state.role(),
-        partition: view.partition,
-        members,
-        lease,
-        challengers,
-        status: view.status,
-        failovers_in_window: view.failovers_in_window,
-        coordinator: view.coordinator.as_ref(),
-        view: staleness(view),
-    }
-}
-
-fn staleness(view: &RoleView) -> Staleness {
-    Staleness {
-        offset: view.offset,
-        age_ms: view.age.as_millis() as u64,
-        refreshed_at: Rfc3339Ms(view.refreshed_at_ms),
-    }
-}
-
 /// The view's read position and age, as headers.
 pub(super) fn view_headers(headers: &mut HeaderMap, offset: i64, age_ms: u64) {
     headers.insert("x-krabka-view-offset", HeaderValue::from(offset));
     headers.insert("x-krabka-view-age-ms", HeaderValue::from(age_ms));
 }
 
-fn unavailable(state: &AppState, why: &str) -> ApiError {
-    tracing::warn!(reason = %why, "roster view unavailable");
-    ApiError::unavailable(
-        format!("the roster views are not ready: {why}"),
-        state.config.http.retry_after_secs(),
-    )
-}
-
 /// `GET /roles/{role}`.
-pub async fn get_role(State(state): State<Arc<AppState>>, Role(role): Role) -> Response {
-    match state.watcher.role(&role) {
-        Ok(Some(view)) => {
-            let stagger = state.stagger_ms();
-            let body = roster(&view, state.clock.now_ms(), stagger);
-            let mut response = Json(&body).into_response();
-            view_headers(response.headers_mut(), body.view.offset, body.view.age_ms);
-            response
-        }
-        Ok(None) if state.watcher.topic_search() == TopicSearch::Absent => {
-            ApiError::not_found(format!(
-                "no role is registered yet: the coordination topic {} does not exist (the first candidate creates it)",
-                state.config.kafka.topic
-            ))
-            .into_response()
-        }
-        Ok(None) => ApiError::not_found(format!(
-            "the coordination topic holds no record of role {role:?}"
-        ))
-        .into_response(),
-        Err(e) => unavailable(&state, &e).into_response(),
-    }
+pub async fn get_role(
+    State(state): State<Arc<AppState>>,
+    Role(role): Role,
+) -> Result<Response, ApiError> {
+    let Some(view) = state.watcher.role(&role).map_err(not_ready)? else {
+        return Err(ApiError::NotFound(no_record(&state, &role)));
+    };
+    let body = roster(&view, state.clock.now_ms(), state.stagger_ms());
+    let mut response = Json(&body).into_response();
+    view_headers(response.headers_mut(), body.view.offset, body.view.age_ms);
+    Ok(response)
 }
 
 /// `GET /roles`.
-pub async fn list_roles(State(state): State<Arc<AppState>>) -> Response {
-    match state.watcher.all() {
-        Ok(views) => {
-            let now = state.clock.now_ms();
-            let oldest = views.iter().map(|v| v.age).max().unwrap_or_default();
-            let roles = views
-                .iter()
-                .map(|v| {
-                    let lease = v.state.lease();
-                    RoleSummary {
-                        role: v.state.role(),
-                        partition: v.partition,
-                        holder: lease.map(|l| l.member.as_str()),
-                        token: lease.map(|l| l.token),
-                        deadline: lease.map(|l| Rfc3339Ms(l.deadline)),
-                        expired: lease.is_some_and(|l| now >= l.deadline),
-                        candidates: v.state.members().len(),
-                        status: v.status,
-                        failovers_in_window: v.failovers_in_window,
-                        age_ms: v.age.as_millis() as u64,
-                    }
-                })
-                .collect();
-            let mut response = Json(RolesList { roles }).into_response();
-            response.headers_mut().insert(
-                "x-krabka-view-age-ms",
-                HeaderValue::from(oldest.as_millis() as u64),
-            );
-            response
-        }
-        Err(e) => unavailable(&state, &e).into_response(),
+pub async fn list_roles(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let views = state.watcher.all().map_err(not_ready)?;
+    let now = state.clock.now_ms();
+    let oldest = views.iter().map(|v| v.age).max().unwrap_or_default();
+    let roles = views.iter().map(|v| summary(v, now)).collect();
+    let mut response = Json(RolesList { roles }).into_response();
+    response.headers_mut().insert(
+        "x-krabka-view-age-ms",
+        HeaderValue::from(oldest.as_millis() as u64),
+    );
+    Ok(response)
+}
+
+/// The watcher's views cannot answer yet: logged, and the caller told why.
+pub(super) fn not_ready(e: NotReady) -> ApiError {
+    tracing::warn!(reason = %e, "roster view unavailable");
+    e.into()
+}
+
+/// What a 404 of `role` says: that no role is registered at all on a
+/// fresh cluster, else that the topic holds no record of it.
+pub(super) fn no_record(state: &AppState, role: &str) -> String {
+    if state.watcher.topic_search() == TopicSearch::Absent {
+        format!(
+            "no role is registered yet: the coordination topic {} does not exist (the first candidate creates it)",
+            state.config.kafka.topic
+        )
+    } else {
+        format!("the coordination topic holds no record of role {role:?}")
     }
 }

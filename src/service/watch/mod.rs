@@ -22,6 +22,7 @@
 //! [`Watcher::view_ages`]'s rule.
 
 mod role_metrics;
+pub mod roster;
 mod status;
 mod tracker;
 
@@ -45,6 +46,39 @@ use crate::cluster::{Cluster, ClusterError, Tailed};
 use crate::coordination::{RoleState, role_partition};
 use crate::sync::{lock, read, write};
 use crate::time::Clock;
+
+/// Why the views cannot answer yet.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// The coordination topic has not been found yet (`why` is `None`
+    /// while the first look is under way), or cannot be read.
+    #[error("{}", match why {
+        None => format!("looking for the topic {topic}"),
+        Some(why) => format!("the topic {topic} is not readable: {why}"),
+    })]
+    Topic {
+        /// The topic.
+        topic: String,
+        /// Why it is not read, once known.
+        why: Option<String>,
+    },
+    /// A partition is still being read up to its last stable offset, or
+    /// its last read failed (`why`).
+    #[error("partition {partition} is still being read: {}", why.as_deref().unwrap_or("catching up"))]
+    CatchingUp {
+        /// The partition.
+        partition: i32,
+        /// Its last read's failure, if any.
+        why: Option<String>,
+    },
+    /// No other broker has confirmed the partition's leader yet: nothing
+    /// says as of when its reads are complete.
+    #[error("partition {partition}: no other broker has confirmed its leader yet")]
+    Unconfirmed {
+        /// The partition.
+        partition: i32,
+    },
+}
 
 /// How the watcher runs.
 #[derive(Clone, Debug)]
@@ -508,11 +542,14 @@ impl Watcher {
 
     /// One role's view; `None` when the topic holds no record of it. An
     /// error when the topic is not readable yet.
-    pub fn role(&self, role: &str) -> Result<Option<RoleView>, String> {
+    pub fn role(&self, role: &str) -> Result<Option<RoleView>, NotReady> {
         let Some(parts) = self.parts() else {
             return self.without_topic().map(|()| None);
         };
-        let partition = role_partition(role, parts.len() as i32).map_err(|e| e.to_string())?;
+        // The partition count was read from the topic: at least one.
+        let Ok(partition) = role_partition(role, parts.len() as i32) else {
+            return Ok(None);
+        };
         let Some(slot) = parts.get(partition as usize) else {
             return Ok(None);
         };
@@ -528,7 +565,7 @@ impl Watcher {
     }
 
     /// Every role's view, by name.
-    pub fn all(&self) -> Result<Vec<RoleView>, String> {
+    pub fn all(&self) -> Result<Vec<RoleView>, NotReady> {
         let Some(parts) = self.parts() else {
             return self.without_topic().map(|()| Vec::new());
         };
@@ -557,7 +594,7 @@ impl Watcher {
     pub fn not_ready(&self) -> Option<String> {
         const NAMED: usize = 4;
         let Some(parts) = self.parts() else {
-            return self.without_topic().err();
+            return self.without_topic().err().map(|e| e.to_string());
         };
         let now = self.clock.now_ms();
         let mut reasons = Vec::new();
@@ -566,7 +603,7 @@ impl Watcher {
             let why = if let Some(e) = &part.error {
                 Some(format!("partition {p}: {e}"))
             } else if let Some(why) = unviewable(&part, p as i32) {
-                Some(why)
+                Some(why.to_string())
             } else {
                 let age = part.age(now).unwrap_or_default();
                 (age > self.config.stale_after).then(|| {
@@ -621,14 +658,13 @@ impl Watcher {
 
     /// Before the topic's partitions are read: fine (no role yet) when
     /// Kafka said the topic does not exist; otherwise why it is not read.
-    fn without_topic(&self) -> Result<(), String> {
-        let topic = &self.config.topic;
+    fn without_topic(&self) -> Result<(), NotReady> {
         match self.topic_search() {
             TopicSearch::Absent | TopicSearch::Found => Ok(()),
-            TopicSearch::Looking(None) => Err(format!("looking for the topic {topic}")),
-            TopicSearch::Looking(Some(why)) => {
-                Err(format!("the topic {topic} is not readable: {why}"))
-            }
+            TopicSearch::Looking(why) => Err(NotReady::Topic {
+                topic: self.config.topic.clone(),
+                why,
+            }),
         }
     }
 
@@ -655,16 +691,16 @@ impl Watcher {
 
 /// Why no view of a partition can be shown yet: it is still being read, or
 /// no read of it was confirmed yet.
-fn unviewable(part: &Part, partition: i32) -> Option<String> {
+fn unviewable(part: &Part, partition: i32) -> Option<NotReady> {
     if !part.tracker.caught_up() {
-        return Some(format!(
-            "partition {partition} is still being read: {}",
-            part.error.as_deref().unwrap_or("catching up")
-        ));
+        return Some(NotReady::CatchingUp {
+            partition,
+            why: part.error.clone(),
+        });
     }
     part.complete_as_of_ms
         .is_none()
-        .then(|| format!("partition {partition}: no other broker has confirmed its leader yet"))
+        .then_some(NotReady::Unconfirmed { partition })
 }
 
 fn millis(d: Duration) -> i64 {

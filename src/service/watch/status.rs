@@ -89,42 +89,18 @@ pub fn status(state: &RoleState, inputs: &StatusInputs) -> RoleStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordination::{
-        FencingToken, Key, Lease, LogRecord, Registration, encode_key, encode_lease,
-        encode_registration,
-    };
+    use crate::coordination::LogRecord;
+    use crate::testkit::{lease_at, lease_record, registration_record, t};
 
     fn records(members: &[&str], holder: Option<&str>, deadline: i64) -> RoleState {
-        let mut out = Vec::new();
-        for (i, m) in members.iter().enumerate() {
-            out.push(LogRecord {
-                offset: i as i64,
-                key: encode_key(&Key::registration("r", *m)).unwrap().into(),
-                value: Some(
-                    encode_registration(&Registration {
-                        member: (*m).into(),
-                        registered_at: 0,
-                    })
-                    .unwrap()
-                    .into(),
-                ),
-            });
-        }
+        let mut out: Vec<LogRecord> = members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| registration_record(i as i64, "r", m, 0))
+            .collect();
         if let Some(h) = holder {
-            out.push(LogRecord {
-                offset: 100,
-                key: encode_key(&Key::lease("r")).unwrap().into(),
-                value: Some(
-                    encode_lease(&Lease {
-                        member: h.into(),
-                        token: FencingToken::new(1, 1).unwrap(),
-                        granted_at: deadline - 3000,
-                        deadline,
-                    })
-                    .unwrap()
-                    .into(),
-                ),
-            });
+            let lease = lease_at(h, t(1, 1), deadline - 3000, deadline);
+            out.push(lease_record(100, "r", &lease));
         }
         RoleState::from_records("r", &out)
     }

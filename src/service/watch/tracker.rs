@@ -452,9 +452,8 @@ fn status_of(config: &TrackerConfig, state: &RoleState, track: &Track, now_ms: i
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordination::{
-        Key, Lease, Registration, encode_key, encode_lease, encode_registration,
-    };
+    use crate::coordination::{Key, encode_key};
+    use crate::testkit::{lease_at, lease_record, registration_record, t, tombstone};
 
     const CONFIG: TrackerConfig = TrackerConfig {
         stagger_ms: 1_000,
@@ -462,10 +461,6 @@ mod tests {
         flapping_threshold: 1,
         history: 3,
     };
-
-    fn t(id: i64, epoch: i16) -> FencingToken {
-        FencingToken::new(id, epoch).unwrap()
-    }
 
     struct Log {
         tracker: PartitionTracker,
@@ -480,12 +475,9 @@ mod tests {
             }
         }
 
-        fn push(&mut self, key: Vec<u8>, value: Option<Vec<u8>>, now_ms: i64) -> Vec<Effect> {
-            let record = LogRecord {
-                offset: self.next,
-                key: key.into(),
-                value: value.map(Into::into),
-            };
+        /// Appends `record` at the next offset.
+        fn append(&mut self, mut record: LogRecord, now_ms: i64) -> Vec<Effect> {
+            record.offset = self.next;
             self.next += 1;
             let mut out = Vec::new();
             self.tracker.apply(&record, now_ms, &mut out);
@@ -493,17 +485,17 @@ mod tests {
             out
         }
 
+        fn push(&mut self, key: Vec<u8>, value: Option<Vec<u8>>, now_ms: i64) -> Vec<Effect> {
+            let record = LogRecord {
+                offset: 0,
+                key: key.into(),
+                value: value.map(Into::into),
+            };
+            self.append(record, now_ms)
+        }
+
         fn register(&mut self, member: &str, now_ms: i64) -> Vec<Effect> {
-            let value = encode_registration(&Registration {
-                member: member.into(),
-                registered_at: now_ms,
-            })
-            .unwrap();
-            self.push(
-                encode_key(&Key::registration("r", member)).unwrap(),
-                Some(value),
-                now_ms,
-            )
+            self.append(registration_record(0, "r", member, now_ms), now_ms)
         }
 
         fn lease(
@@ -513,18 +505,12 @@ mod tests {
             now_ms: i64,
             deadline: i64,
         ) -> Vec<Effect> {
-            let value = encode_lease(&Lease {
-                member: member.into(),
-                token,
-                granted_at: now_ms,
-                deadline,
-            })
-            .unwrap();
-            self.push(encode_key(&Key::lease("r")).unwrap(), Some(value), now_ms)
+            let lease = lease_at(member, token, now_ms, deadline);
+            self.append(lease_record(0, "r", &lease), now_ms)
         }
 
         fn clear(&mut self, now_ms: i64) -> Vec<Effect> {
-            self.push(encode_key(&Key::lease("r")).unwrap(), None, now_ms)
+            self.append(tombstone(0, &Key::lease("r")), now_ms)
         }
     }
 
@@ -585,20 +571,7 @@ mod tests {
         let mut tracker = PartitionTracker::new(CONFIG);
         let mut out = Vec::new();
         for (offset, member, epoch) in [(0, "a", 0), (1, "b", 1), (2, "a", 2)] {
-            let record = LogRecord {
-                offset,
-                key: encode_key(&Key::lease("r")).unwrap().into(),
-                value: Some(
-                    encode_lease(&Lease {
-                        member: member.into(),
-                        token: t(1, epoch),
-                        granted_at: 0,
-                        deadline: 1,
-                    })
-                    .unwrap()
-                    .into(),
-                ),
-            };
+            let record = lease_record(offset, "r", &lease_at(member, t(1, epoch), 0, 1));
             tracker.apply(&record, 100, &mut out);
         }
         assert!(

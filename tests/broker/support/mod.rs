@@ -50,19 +50,29 @@ pub fn capture_logs() {
 }
 
 /// Polls `check` every 50 ms until it gives a value; panics after 10 s.
-pub async fn eventually<T, F, Fut>(mut check: F) -> T
+pub async fn eventually<T, F, Fut>(check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    within(Duration::from_secs(10), "condition", check).await
+}
+
+/// Polls `check` every 50 ms until it gives a value; panics after `limit`
+/// saying what was awaited.
+pub async fn within<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
     loop {
         if let Some(value) = check().await {
             return value;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "condition not met within 10 s"
+            "{what}: not within {limit:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

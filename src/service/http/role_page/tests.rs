@@ -4,52 +4,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::coordination::{
-    Key, Lease, LogRecord, Registration, RoleState, encode_key, encode_lease, encode_registration,
-};
-use crate::service::watch::{CoordinatorView, RoleStatus, RoleView};
+use crate::coordination::{LogRecord, RoleState};
+use crate::service::watch::{CoordinatorView, NotReady, RoleStatus, RoleView};
+use crate::testkit::{T0, lease_at, lease_record, registration_record, t};
 
-const T0: i64 = 1_700_000_000_000;
 const STAGGER: i64 = 1_000;
-
-fn t(id: i64, epoch: i16) -> FencingToken {
-    FencingToken::new(id, epoch).unwrap()
-}
 
 /// A role with `members` registered in order and `lease` as its lease.
 fn view(role: &str, members: &[&str], lease: Option<(&str, FencingToken, i64, i64)>) -> RoleView {
-    let mut records = Vec::new();
-    for member in members {
-        records.push(LogRecord {
-            offset: records.len() as i64,
-            key: encode_key(&Key::registration(role, *member))
-                .unwrap()
-                .into(),
-            value: Some(
-                encode_registration(&Registration {
-                    member: (*member).into(),
-                    registered_at: T0,
-                })
-                .unwrap()
-                .into(),
-            ),
-        });
-    }
+    let mut records: Vec<LogRecord> = members
+        .iter()
+        .enumerate()
+        .map(|(i, member)| registration_record(i as i64, role, member, T0))
+        .collect();
     if let Some((member, token, granted_at, deadline)) = lease {
-        records.push(LogRecord {
-            offset: records.len() as i64,
-            key: encode_key(&Key::lease(role)).unwrap().into(),
-            value: Some(
-                encode_lease(&Lease {
-                    member: member.into(),
-                    token,
-                    granted_at,
-                    deadline,
-                })
-                .unwrap()
-                .into(),
-            ),
-        });
+        let lease = lease_at(member, token, granted_at, deadline);
+        records.push(lease_record(records.len() as i64, role, &lease));
     }
     RoleView {
         state: Arc::new(RoleState::from_records(role, &records)),
@@ -418,7 +388,11 @@ fn hostile_role_and_member_names_stay_text() {
     assert!(html.contains(&format!("href=\"/roles/{}/events\"", path_segment(role))));
     assert!(!path_segment(role).contains(['<', '"', '\'', '/']));
 
-    for page in [render_not_found("t", role), render_not_ready(role, "<why>")] {
+    let why = NotReady::Topic {
+        topic: "<why>".into(),
+        why: Some("<script>".into()),
+    };
+    for page in [render_not_found("t", role), render_not_ready(role, &why)] {
         only_own_markup(&page);
         assert!(page.contains("&lt;/svg&gt;&lt;script&gt;"), "{page}");
         assert!(!page.contains("<script"));

@@ -1,0 +1,198 @@
+//! What the views say of a role, computed from the watcher's [`RoleView`]:
+//! its roster (members in rank order, the lease, the challengers in the
+//! order they would challenge and when) and its line in the list of roles.
+//! The HTTP views, the role page and the CLI's `roster` serialize these;
+//! none computes them again.
+
+use serde::Serialize;
+
+use super::{CoordinatorView, RoleStatus, RoleView};
+use crate::coordination::{FencingToken, challenge_at, challenge_rank};
+use crate::time::Rfc3339Ms;
+
+/// A registered member in rank order.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberView<'a> {
+    /// The member id.
+    pub member: &'a str,
+    /// Its 0-based position in join order.
+    pub rank: usize,
+    /// The offset of its latest registration (its join sequence).
+    pub offset: i64,
+    /// When it registered, by its own clock.
+    pub registered_at: Rfc3339Ms,
+}
+
+/// The current lease.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseView<'a> {
+    /// The holder.
+    pub member: &'a str,
+    /// The holder's token.
+    pub token: FencingToken,
+    /// The lease record's offset.
+    pub offset: Option<i64>,
+    /// When it was written, by the holder's clock.
+    pub granted_at: Rfc3339Ms,
+    /// When standbys may challenge, by the holder's clock.
+    pub deadline: Rfc3339Ms,
+    /// The deadline as epoch milliseconds.
+    pub deadline_ms: i64,
+    /// True when the deadline has passed by the service clock.
+    pub expired: bool,
+    /// Milliseconds until the deadline by the service clock (negative once expired).
+    pub remaining_ms: i64,
+}
+
+/// A member that may challenge, and when.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChallengerView<'a> {
+    /// The member id.
+    pub member: &'a str,
+    /// Its rank among the challengers (the holder excluded).
+    pub rank: usize,
+    /// When it may challenge, by the succession rules and the configured stagger.
+    pub challenge_at: Rfc3339Ms,
+}
+
+/// How fresh a view is.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Staleness {
+    /// Every record below this offset of the partition is included.
+    pub offset: i64,
+    /// Milliseconds since `refreshed_at`.
+    pub age_ms: u64,
+    /// The instant the partition's log is known to have held nothing more
+    /// (the watcher's module docs).
+    pub refreshed_at: Rfc3339Ms,
+}
+
+/// The roster of one role.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RosterView<'a> {
+    /// The role.
+    pub role: &'a str,
+    /// Its partition of the topic.
+    pub partition: i32,
+    /// Registered members in rank (join) order.
+    pub members: Vec<MemberView<'a>>,
+    /// The lease, or `null` when nobody holds one.
+    pub lease: Option<LeaseView<'a>>,
+    /// The members that would challenge next, in order.
+    pub challengers: Vec<ChallengerView<'a>>,
+    /// The role's status; absent outside the service.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<RoleStatus>,
+    /// Failovers within the status window.
+    pub failovers_in_window: usize,
+    /// What the coordinator said at its last poll; `null` before the first.
+    pub coordinator: Option<&'a CoordinatorView>,
+    /// The view's staleness.
+    pub view: Staleness,
+}
+
+/// One line of `GET /roles`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleSummary<'a> {
+    /// The role.
+    pub role: &'a str,
+    /// Its partition.
+    pub partition: i32,
+    /// The lease holder, if any.
+    pub holder: Option<&'a str>,
+    /// The holder's token, if any.
+    pub token: Option<FencingToken>,
+    /// The lease deadline, if any.
+    pub deadline: Option<Rfc3339Ms>,
+    /// True when the lease deadline has passed.
+    pub expired: bool,
+    /// Registered members.
+    pub candidates: usize,
+    /// The role's status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<RoleStatus>,
+    /// Failovers within the status window.
+    pub failovers_in_window: usize,
+    /// The age of the role's view.
+    pub age_ms: u64,
+}
+
+/// Builds the roster of one role at `now_ms`.
+pub fn roster(view: &RoleView, now_ms: i64, stagger_ms: i64) -> RosterView<'_> {
+    let state = &view.state;
+    let members = state
+        .members()
+        .iter()
+        .enumerate()
+        .map(|(rank, m)| MemberView {
+            member: &m.member,
+            rank,
+            offset: m.offset,
+            registered_at: Rfc3339Ms(m.registered_at),
+        })
+        .collect();
+    let lease = state.lease().map(|l| LeaseView {
+        member: &l.member,
+        token: l.token,
+        offset: state.lease_offset(),
+        granted_at: Rfc3339Ms(l.granted_at),
+        deadline: Rfc3339Ms(l.deadline),
+        deadline_ms: l.deadline,
+        expired: now_ms >= l.deadline,
+        remaining_ms: l.deadline.saturating_sub(now_ms),
+    });
+    let mut challengers: Vec<ChallengerView<'_>> = state
+        .members()
+        .iter()
+        .filter_map(|m| {
+            Some(ChallengerView {
+                member: &m.member,
+                rank: challenge_rank(state, &m.member)?,
+                challenge_at: Rfc3339Ms(challenge_at(state, &m.member, stagger_ms)?),
+            })
+        })
+        .collect();
+    challengers.sort_by_key(|c| c.rank);
+    RosterView {
+        role: state.role(),
+        partition: view.partition,
+        members,
+        lease,
+        challengers,
+        status: view.status,
+        failovers_in_window: view.failovers_in_window,
+        coordinator: view.coordinator.as_ref(),
+        view: staleness(view),
+    }
+}
+
+fn staleness(view: &RoleView) -> Staleness {
+    Staleness {
+        offset: view.offset,
+        age_ms: view.age.as_millis() as u64,
+        refreshed_at: Rfc3339Ms(view.refreshed_at_ms),
+    }
+}
+
+/// The line of `view` in the list of roles at `now_ms`.
+pub fn summary(view: &RoleView, now_ms: i64) -> RoleSummary<'_> {
+    let lease = view.state.lease();
+    RoleSummary {
+        role: view.state.role(),
+        partition: view.partition,
+        holder: lease.map(|l| l.member.as_str()),
+        token: lease.map(|l| l.token),
+        deadline: lease.map(|l| Rfc3339Ms(l.deadline)),
+        expired: lease.is_some_and(|l| now_ms >= l.deadline),
+        candidates: view.state.members().len(),
+        status: view.status,
+        failovers_in_window: view.failovers_in_window,
+        age_ms: view.age.as_millis() as u64,
+    }
+}
