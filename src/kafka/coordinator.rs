@@ -3,18 +3,20 @@
 //!
 //! The table, the suspect brokers and the sharing of lookups are
 //! `state::coordinators`; this sends the lookups it asks for, one
-//! FindCoordinator at a time (any broker can answer), and the confirmations
-//! of `describe` (the same request to a broker other than the coordinator).
+//! FindCoordinator at a time (any broker can answer), and the confirmation
+//! stream of `describe` (`state::confirms`): the same request, for the ids
+//! of the batches waiting, to a broker other than their coordinators.
 
 use std::collections::HashMap;
 
 use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
 use kafka_protocol::protocol::StrBytes;
+use tokio::sync::oneshot;
 
 use super::client::KafkaClient;
 use super::config::Broker;
 use super::error::KafkaError;
-use super::state::{Answer, Lesson};
+use super::state::{Answer, ConfirmRequest, Confirmation, Lesson};
 
 /// FindCoordinator key type of a transactional id.
 const TRANSACTION: i8 = 1;
@@ -78,28 +80,19 @@ pub(crate) fn parse_find_coordinator(
         .collect()
 }
 
-/// Per key, what a confirming FindCoordinator answer says of the
-/// coordinator `at`.
-pub(crate) fn parse_confirmation(
-    response: FindCoordinatorResponse,
-    at: &Broker,
-) -> HashMap<String, Named> {
-    response
-        .coordinators
-        .into_iter()
-        .map(|c| {
-            let named = if c.error_code != 0 {
-                Named::Failed(coordinator_error(c.error_code, c.error_message))
-            } else if c.node_id.0 == at.id {
+/// Per id, what `confirmation` says of the coordinator `at`.
+pub(crate) fn named(confirmation: &Confirmation, at: &Broker) -> HashMap<String, Named> {
+    confirmation
+        .named
+        .iter()
+        .map(|(id, answer)| {
+            let named = match answer {
                 // Almost always: nothing to build, nothing to learn.
-                Named::Same
-            } else {
-                Named::Other(Broker {
-                    id: c.node_id.0,
-                    addr: format!("{}:{}", c.host.as_str(), c.port),
-                })
+                Ok(broker) if broker.id == at.id => Named::Same,
+                Ok(broker) => Named::Other(broker.clone()),
+                Err(e) => Named::Failed(e.clone()),
             };
-            (c.key.to_string(), named)
+            (id.clone(), named)
         })
         .collect()
 }
@@ -163,30 +156,83 @@ impl KafkaClient {
         }
     }
 
-    /// Asks a broker other than `at` which broker coordinates each of
-    /// `keys`: the confirmation that `at`'s answers are current (see
-    /// `describe`). Learns the answers that name another broker. `None`
-    /// when the cluster never had a second broker, so a coordinator cannot
-    /// have moved.
-    pub(crate) async fn confirm_coordinators(
+    /// Puts a batch of `at` with `ids`, whose checks all arrived before
+    /// now, in the confirmation stream: the answer of the first
+    /// confirmation sent from now on to a broker other than `at` that
+    /// answers (see `describe`). `None` when the cluster never had a second
+    /// broker, so a coordinator cannot have moved.
+    pub(crate) fn confirmation(
         &self,
-        keys: &[String],
         at: &Broker,
-    ) -> Option<Result<HashMap<String, Named>, KafkaError>> {
+        ids: &[String],
+    ) -> Option<oneshot::Receiver<Result<Confirmation, KafkaError>>> {
         if !self.state().metadata().is_multi_broker() {
             return None;
         }
-        let request = build_find_coordinator(keys);
-        let result = self.send_any(&request, &[at.addr.as_str()]).await;
-        Some(result.map(|(response, _)| {
-            let named = parse_confirmation(response, at);
-            for (key, named) in &named {
-                if let Named::Other(broker) = named {
-                    self.state().learn(Lesson::CoordinatorFound { key, broker });
+        let (rx, free) = self.state().confirms().wait(at, ids.to_vec());
+        if free {
+            self.send_confirmation();
+        }
+        Some(rx)
+    }
+
+    /// Sends the stream's next confirmation, if it is free and a batch waits.
+    fn send_confirmation(&self) {
+        let brokers = self.confirming_brokers();
+        if let Some(request) = self.state().confirms().next_request(&brokers) {
+            tokio::spawn(self.clone().confirm_batches(request));
+        }
+    }
+
+    /// The brokers that may confirm, best first: not in reconnect backoff,
+    /// then without a confirmation in flight; ties in random order, so the
+    /// load spreads (as `brokers_by_load`).
+    fn confirming_brokers(&self) -> Vec<Broker> {
+        let busy = self.state().confirms().busy();
+        let mut ranked: Vec<((bool, bool, u32), Broker)> = self
+            .state()
+            .metadata()
+            .brokers()
+            .into_iter()
+            .map(|(id, addr)| {
+                let rank = (
+                    self.state().nodes().is_blocked(&addr),
+                    busy.contains(&addr),
+                    rand::random::<u32>(),
+                );
+                (rank, Broker { id, addr })
+            })
+            .collect();
+        ranked.sort_unstable_by_key(|(rank, _)| *rank);
+        ranked.into_iter().map(|(_, broker)| broker).collect()
+    }
+
+    /// One confirmation: a FindCoordinator of `request`'s ids to its
+    /// broker. After the hedge delay without an answer the stream goes on
+    /// without it (its waiters join the next one too); its answer, when it
+    /// comes, still answers those not answered yet.
+    async fn confirm_batches(self, request: ConfirmRequest) {
+        let find = build_find_coordinator(&request.ids);
+        let result = {
+            let send = self.send_to(&request.to.addr, &find);
+            tokio::pin!(send);
+            tokio::select! {
+                result = &mut send => result,
+                () = tokio::time::sleep(self.config().hedge_after) => {
+                    self.state().confirms().slow(&request);
+                    self.send_confirmation();
+                    send.await
                 }
             }
-            named
-        }))
+        };
+        let answer = result.map(|response| Confirmation {
+            by: request.to.clone(),
+            named: parse_find_coordinator(&request.ids, response)
+                .into_iter()
+                .collect(),
+        });
+        self.state().confirms().done(request, answer);
+        self.send_confirmation();
     }
 }
 
@@ -253,14 +299,24 @@ mod tests {
             id: 1,
             addr: "b:9001".into(),
         };
-        let named = parse_confirmation(
-            response(vec![
-                coordinator("same", 1, 0),
-                coordinator("moved", 2, 0),
-                coordinator("unknown", -1, 15),
-            ]),
-            &at,
-        );
+        let keys = ["same".to_owned(), "moved".to_owned(), "unknown".to_owned()];
+        let confirmation = Confirmation {
+            by: Broker {
+                id: 3,
+                addr: "b:9003".into(),
+            },
+            named: parse_find_coordinator(
+                &keys,
+                response(vec![
+                    coordinator("same", 1, 0),
+                    coordinator("moved", 2, 0),
+                    coordinator("unknown", -1, 15),
+                ]),
+            )
+            .into_iter()
+            .collect(),
+        };
+        let named = named(&confirmation, &at);
         assert!(matches!(named["same"], Named::Same));
         assert!(matches!(&named["moved"], Named::Other(b) if b.id == 2 && b.addr == "b:9002"));
         assert!(matches!(&named["unknown"], Named::Failed(e) if e.code() == Some(15)));

@@ -13,11 +13,9 @@
 //! frozen VM) and came back still answers from its memory until it has
 //! caught up with the metadata log, which may be after another broker took
 //! over as coordinator and minted a newer pair: a deposed token would look
-//! current. So each batch sent to coordinator X is confirmed: the same ids
-//! go in one FindCoordinator to another broker Y, sent together with the
-//! describe, and an answer of X is used only when Y names X as the id's
-//! coordinator and Y's answer arrived within [`CONFIRM_WINDOW`] of sending
-//! the describe. The argument, from Kafka's own rules:
+//! current. So an answer of coordinator X is used only when another broker
+//! Y confirms it: Y names X as the id's coordinator in a FindCoordinator.
+//! Kafka's own rules give what such a confirmation is worth:
 //! 1. a new coordinator Z can only mint after the controller made it leader
 //!    of the id's `__transaction_state` partition and it wrote the new pair
 //!    there with acks=all, with `transaction.state.log.min.isr` (2 by
@@ -29,18 +27,66 @@
 //!    newer pair exists, unless Y too is paused: a failure of two brokers
 //!    at once, which is out of scope; a broker that is not a replica
 //!    answers from a metadata log it follows within milliseconds;
-//! 3. if Y named X at instant y, X led the partition at y, and X's answer
-//!    (given at some instant a) was current at y (a > y: X kept every pair
-//!    it minted until it was deposed, after y) or at a (a < y: X was not
-//!    deposed between a and y, since a deposed broker leads again only after
-//!    catching up with the metadata log, getting unfenced by a heartbeat and
-//!    winning an election, which takes longer than the window). Both
-//!    instants lie within the caller's request.
+//! 3. a deposed broker leads again only after catching up with the
+//!    metadata log, getting unfenced by a heartbeat and winning an
+//!    election: longer than [`CONFIRM_WINDOW`].
 //!
-//! A batch that cannot be confirmed (no other broker answers) fails with a
-//! retriable error, and the caller's deadline turns it into "unavailable",
-//! never into an answer. A cluster that never listed a second broker has
-//! nowhere to move a coordinator to, and is not confirmed.
+//! *The instants.* For one check of id k: it arrives at `t`; the batch
+//! holding k is taken from the queue at `b` (every check in it arrived
+//! before: `t ≤ b`); the describe is sent to X at `d ≥ b` and X answers
+//! from its state at some `a ≥ d`; a confirmation carrying k is sent to Y
+//! at `s`, Y answers at some `y ≥ s`, and its answer is received at `r ≥ y`;
+//! the check is answered at `e`, after both answers were received. An
+//! answer is used when (i) `s ≥ b`, (ii) `r − b ≤ CONFIRM_WINDOW` and (iii)
+//! Y ≠ X names X for k. Then X's pair P was current at an instant of
+//! `[t, e]`, the caller's request:
+//! - if `a ≥ y`: X led at y (2.), so it held every pair minted up to y,
+//!   and kept minting (not answering from a stale memory) until deposed
+//!   after y; P is the pair current at y or one X minted in `(y, a]`,
+//!   current when minted: an instant of `[y, a] ⊆ [t, e]`, since
+//!   `y ≥ s ≥ b ≥ t` (i);
+//! - if `a < y`: `y − a ≤ r − d ≤ r − b ≤ CONFIRM_WINDOW` (ii); X leads at
+//!   y, so it was not deposed in `[a, y]` (3.), and P was current at `a`,
+//!   with `t ≤ d ≤ a ≤ e`.
+//!
+//! Nothing else ties a confirmation to its describe: not the batch (s may
+//! come before d once b has passed, or after X answered), not the
+//! coordinator. What (i) rules out is a confirmation sent before b, even one
+//! that carries k: Y may have answered before t, X may have been deposed
+//! and a newer pair minted between that answer and t, and X, paused and
+//! back, answer the old pair; the window (ii) bounds the other side, the
+//! time between X's answer and Y's. So one FindCoordinator confirms at once
+//! every batch of every coordinator that was taken before it was sent.
+//!
+//! *The stream* (`state::confirms`, sent by `coordinator`): when its
+//! describe goes out, a batch joins the stream; one confirmation is in
+//! flight for the whole client, and the next is sent as soon as it returns
+//! and a batch waits, carrying the ids of every batch waiting — (i) holds
+//! because a batch only joins requests built after it started waiting. Its
+//! coordinator's next describe does not wait: the batch's answers wait for
+//! their confirmation in a task of their own. At concurrency, each
+//! confirmation covers the batches of every coordinator but one, about one
+//! confirmation per round trip for the cluster instead of one per describe;
+//! a lone check's describe and confirmation go out together.
+//! - *A confirming broker that coordinates too* cannot confirm itself (a
+//!   paused Y answers FindCoordinator from the same stale metadata as its
+//!   describes): a request to Y carries no batch of Y, which waits for the
+//!   next request. The next request never goes to the coordinator of the
+//!   oldest batch waiting, so every batch is carried by the first or the
+//!   second request sent after it joined.
+//! - *A confirmation that fails* (no connection, no answer in time) hands
+//!   its batches to the next request, sent to another broker at once (the
+//!   failed one backs off and is asked last); one slower than the hedge
+//!   delay frees the stream for the next one, and each batch takes the
+//!   first answer that comes. A batch without an answer within the window
+//!   is not confirmed: its answers become retriable errors, asked again
+//!   until the caller's deadline, never believed.
+//! - *An answer that names another broker* (or an error) for an id leaves
+//!   that id's answer unconfirmed: asked again, at the broker named.
+//! - *One broker*: a cluster that never listed a second broker has nowhere
+//!   to move a coordinator to, and is not confirmed. A batch no broker but
+//!   its coordinator could confirm (the others in reconnect backoff, or
+//!   unknown) fails at once, retriably.
 //!
 //! **Monotonic answers.** As a second line, a caller may give a floor per id:
 //! the highest pair it has seen from any source. An answer below it comes
@@ -59,11 +105,13 @@ use tokio::time::Instant;
 
 use super::client::KafkaClient;
 use super::config::Broker;
-use super::coordinator::Named;
+use super::coordinator::{Named, named};
 use super::error::{KafkaError, TRANSACTIONAL_ID_NOT_FOUND};
 use super::observe::StaleReason;
 use super::retry::Retry;
-use super::state::{DescribeReply, Described, Lesson, TransactionDescription};
+use super::state::{
+    Confirmation as Confirmed, DescribeReply, Described, Lesson, TransactionDescription,
+};
 use crate::coordination::FencingToken;
 
 /// The longest time from sending a describe to receiving its confirmation.
@@ -222,56 +270,79 @@ impl KafkaClient {
         }
     }
 
-    /// One DescribeTransactions to `coordinator`, confirmed by another
-    /// broker, answered to every waiter.
+    /// One DescribeTransactions to `coordinator`, answered to every waiter
+    /// once another broker confirmed it: returns when the describe is
+    /// answered, the confirmation goes on in a task of its own.
     async fn describe_batch(&self, coordinator: &Broker, batch: Vec<(String, DescribeReply)>) {
+        // Every check of the batch arrived before this instant.
+        let taken = Instant::now();
         let mut ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
         ids.sort_unstable();
         ids.dedup();
-        let answers = self.describe_confirmed(coordinator, &ids).await;
-        for (id, reply) in batch {
-            let answer = match &answers {
-                Ok(answers) => answers.get(&id).cloned().unwrap_or_else(|| {
-                    Err(KafkaError::Protocol {
-                        addr: coordinator.addr.clone(),
-                        reason: format!("DescribeTransactions answered nothing for {id:?}"),
-                    })
-                }),
-                Err(e) => Err(e.clone()),
-            };
-            let _ = reply.send(answer);
+        match self.describe(coordinator, &ids).await {
+            Err(e) => reply(batch, &Err(e), coordinator),
+            Ok((answers, None)) => reply(batch, &Ok(answers), coordinator),
+            Ok((mut answers, Some(confirmation))) => {
+                let client = self.clone();
+                let coordinator = coordinator.clone();
+                tokio::spawn(async move {
+                    let received = tokio::time::timeout_at(taken + CONFIRM_WINDOW, confirmation)
+                        .await
+                        .ok()
+                        .map(|r| {
+                            r.unwrap_or_else(|_| {
+                                Err(KafkaError::Invalid("the confirmation was dropped".into()))
+                            })
+                        });
+                    let confirmation = Confirmation::of(received, taken.elapsed(), &coordinator);
+                    client.keep_confirmed(&mut answers, &coordinator, &confirmation);
+                    reply(batch, &Ok(answers), &coordinator);
+                });
+            }
         }
     }
 
-    /// The answers of `coordinator` for `ids`, each kept only when another
-    /// broker confirms it (see the module docs); the others become
-    /// retriable errors.
-    async fn describe_confirmed(
+    /// The answers of `coordinator` for `ids`, and where their confirmation
+    /// comes (`None`: not needed). The batch joins the confirmation stream
+    /// once connected: a broker in reconnect backoff fails before any
+    /// confirmation is spent on it.
+    async fn describe(
         &self,
         coordinator: &Broker,
         ids: &[String],
-    ) -> Result<HashMap<String, Described>, KafkaError> {
-        // Connect first: a broker in reconnect backoff fails here, before
-        // any request (a confirmation included) is spent on it.
+    ) -> Result<(HashMap<String, Described>, Option<Pending>), KafkaError> {
         let conn = self.connection(&coordinator.addr).await?;
         if let Some(observer) = self.observer() {
             observer.describe_batch(ids.len());
         }
         let request = build_describe(ids);
-        let sent = Instant::now();
-        let (described, confirmation) = tokio::join!(
-            self.call_on(&conn, &request, self.config().request_timeout),
-            async {
-                let confirmed = self.confirm_coordinators(ids, coordinator).await;
-                Confirmation::of(confirmed, sent.elapsed())
-            }
+        let confirmation = self.confirmation(coordinator, ids);
+        let answers = parse_describe(
+            self.call_on(&conn, &request, self.config().request_timeout)
+                .await?,
         );
-        let mut answers = parse_describe(described?);
         let addr = coordinator.addr.as_str();
         for error in answers.values().filter_map(|a| a.as_ref().err()) {
             self.state().learn(Lesson::DescribeFailed { addr, error });
         }
-        for (id, named) in confirm(&mut answers, addr, &confirmation) {
+        Ok((answers, confirmation))
+    }
+
+    /// Keeps the answers `confirmation` backs (see the module docs); the
+    /// others become retriable errors, and the table learns the
+    /// coordinators another broker names.
+    fn keep_confirmed(
+        &self,
+        answers: &mut HashMap<String, Described>,
+        coordinator: &Broker,
+        confirmation: &Confirmation,
+    ) {
+        let addr = coordinator.addr.as_str();
+        for (id, named) in confirm(answers, addr, confirmation) {
+            self.state().learn(Lesson::CoordinatorFound {
+                key: &id,
+                broker: &named,
+            });
             tracing::warn!(
                 id = %id,
                 broker = %addr,
@@ -286,7 +357,29 @@ impl KafkaClient {
         if answers.values().all(Result::is_ok) {
             self.state().learn(Lesson::Confirmed { addr });
         }
-        Ok(answers)
+    }
+}
+
+/// Where a batch's confirmation comes.
+type Pending = oneshot::Receiver<Result<Confirmed, KafkaError>>;
+
+/// Sends each waiter of `batch` its id's answer in `answers`.
+fn reply(
+    batch: Vec<(String, DescribeReply)>,
+    answers: &Result<HashMap<String, Described>, KafkaError>,
+    coordinator: &Broker,
+) {
+    for (id, reply) in batch {
+        let answer = match answers {
+            Ok(answers) => answers.get(&id).cloned().unwrap_or_else(|| {
+                Err(KafkaError::Protocol {
+                    addr: coordinator.addr.clone(),
+                    reason: format!("DescribeTransactions answered nothing for {id:?}"),
+                })
+            }),
+            Err(e) => Err(e.clone()),
+        };
+        let _ = reply.send(answer);
     }
 }
 
@@ -325,8 +418,6 @@ fn parse_describe(response: DescribeTransactionsResponse) -> HashMap<String, Des
 /// What another broker said of a batch's coordinator.
 #[derive(Debug)]
 enum Confirmation {
-    /// The cluster never had a second broker: nothing can have moved.
-    NotNeeded,
     /// Its answer, in time.
     Named(HashMap<String, Named>),
     /// No answer to go by, and why.
@@ -334,20 +425,25 @@ enum Confirmation {
 }
 
 impl Confirmation {
-    /// The confirmation `result`, which arrived `took` after the describe
-    /// was sent.
+    /// What the stream gave a batch of `at`: the confirmation `received`
+    /// (`None`: nothing within the window), `took` after the batch was
+    /// taken.
     fn of(
-        result: Option<Result<HashMap<String, Named>, KafkaError>>,
+        received: Option<Result<Confirmed, KafkaError>>,
         took: Duration,
+        at: &Broker,
     ) -> Confirmation {
-        match result {
-            None => Confirmation::NotNeeded,
+        match received {
+            None => Confirmation::Failed(format!(
+                "no other broker confirmed it within the {} ms window",
+                CONFIRM_WINDOW.as_millis()
+            )),
             Some(Ok(_)) if took > CONFIRM_WINDOW => Confirmation::Failed(format!(
                 "the confirmation took {} ms, over the {} ms window",
                 took.as_millis(),
                 CONFIRM_WINDOW.as_millis()
             )),
-            Some(Ok(named)) => Confirmation::Named(named),
+            Some(Ok(confirmed)) => Confirmation::Named(named(&confirmed, at)),
             Some(Err(e)) => Confirmation::Failed(format!("no other broker confirmed it: {e}")),
         }
     }
@@ -363,7 +459,6 @@ fn confirm(
 ) -> Vec<(String, Broker)> {
     let mut moved = Vec::new();
     let named = match confirmation {
-        Confirmation::NotNeeded => return moved,
         Confirmation::Named(named) => Ok(named),
         Confirmation::Failed(why) => Err(why),
     };
@@ -478,11 +573,26 @@ mod tests {
     }
 
     #[test]
-    fn no_confirmation_in_time_keeps_no_answer_and_one_broker_needs_none() {
-        let confirmed = Some(Ok(HashMap::from([("a".to_owned(), Named::Same)])));
-        let late = Confirmation::of(confirmed, CONFIRM_WINDOW + Duration::from_millis(1));
-        let failed = Confirmation::of(Some(Err(KafkaError::Invalid("x".into()))), Duration::ZERO);
-        for confirmation in [late, failed] {
+    fn no_confirmation_in_time_keeps_no_answer() {
+        let confirmed = || {
+            Some(Ok(Confirmed {
+                by: broker(2),
+                named: HashMap::from([("a".to_owned(), Ok(broker(1)))]),
+            }))
+        };
+        let in_time = Confirmation::of(confirmed(), CONFIRM_WINDOW, &broker(1));
+        let late = Confirmation::of(
+            confirmed(),
+            CONFIRM_WINDOW + Duration::from_millis(1),
+            &broker(1),
+        );
+        let failed = Confirmation::of(
+            Some(Err(KafkaError::Invalid("x".into()))),
+            Duration::ZERO,
+            &broker(1),
+        );
+        let none = Confirmation::of(None, CONFIRM_WINDOW, &broker(1));
+        for confirmation in [late, failed, none] {
             let mut answers = described(&["a"]);
             confirm(&mut answers, "b:1", &confirmation);
             assert!(
@@ -491,7 +601,7 @@ mod tests {
             );
         }
         let mut answers = described(&["a"]);
-        confirm(&mut answers, "b:1", &Confirmation::of(None, Duration::MAX));
-        assert!(answers["a"].is_ok(), "a single-broker cluster");
+        confirm(&mut answers, "b:1", &in_time);
+        assert!(answers["a"].is_ok(), "{in_time:?}");
     }
 }

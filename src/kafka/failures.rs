@@ -9,7 +9,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::{
     ApiKey, BrokerId, DescribeTransactionsRequest, DescribeTransactionsResponse, FetchRequest,
     FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, MetadataResponse, ProducerId,
-    TopicName,
+    RequestHeader, TopicName,
     describe_transactions_response::TransactionState,
     fetch_response::{FetchableTopicResponse, PartitionData},
     find_coordinator_response::Coordinator,
@@ -295,51 +295,74 @@ async fn not_coordinator_looks_every_id_of_the_broker_up_again_in_one_batch() {
     );
 }
 
-/// Two brokers, both naming broker 1 the coordinator of every id and
-/// answering DescribeTransactions with `pairs[broker]` for every id.
-async fn two_brokers(pairs: [(i64, i16); 2]) -> Vec<FakeBroker> {
+/// Brokers 0, 1, … answering DescribeTransactions with `pairs[broker]`
+/// for every id, and FindCoordinator with the broker `named` holds as the
+/// coordinator of every id (as it stands when the request is read); each
+/// broker holds its answer to its first FindCoordinator `first_find` long.
+async fn scripted_brokers(
+    pairs: &[(i64, i16)],
+    named: Arc<AtomicUsize>,
+    first_find: Duration,
+) -> Vec<FakeBroker> {
     let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     let mut brokers = Vec::new();
-    for (pid, epoch) in pairs {
-        let addrs = addrs.clone();
-        brokers.push(
-            FakeBroker::start(Arc::new(move |header, body| {
-                let addrs = addrs.lock().unwrap().clone();
-                let version = header.request_api_version;
-                match ApiKey::try_from(header.request_api_key).unwrap() {
-                    ApiKey::Metadata => {
-                        let list = [(0, addrs[0].as_str()), (1, addrs[1].as_str())];
-                        Some(answer(header, &metadata(&list, None)))
-                    }
-                    ApiKey::FindCoordinator => {
-                        let asked = request(version, body);
-                        Some(answer(header, &naming(asked, |_| (1, &addrs[1]))))
-                    }
-                    ApiKey::DescribeTransactions => {
-                        let asked: DescribeTransactionsRequest = request(version, body);
-                        let states = asked
-                            .transactional_ids
-                            .into_iter()
-                            .map(|id| {
-                                TransactionState::default()
-                                    .with_transactional_id(id)
-                                    .with_transaction_state(StrBytes::from_static_str("Empty"))
-                                    .with_producer_id(ProducerId(pid))
-                                    .with_producer_epoch(epoch)
-                            })
-                            .collect();
-                        let response =
-                            DescribeTransactionsResponse::default().with_transaction_states(states);
-                        Some(answer(header, &response))
-                    }
-                    _ => None,
+    for &(pid, epoch) in pairs {
+        let (addrs, named) = (addrs.clone(), named.clone());
+        let script = Arc::new(move |header: &RequestHeader, body| {
+            let addrs = addrs.lock().unwrap().clone();
+            let version = header.request_api_version;
+            match ApiKey::try_from(header.request_api_key).unwrap() {
+                ApiKey::Metadata => {
+                    let list: Vec<(i32, &str)> =
+                        (0..).zip(addrs.iter().map(String::as_str)).collect();
+                    Some(answer(header, &metadata(&list, None)))
                 }
-            }))
-            .await,
-        );
+                ApiKey::FindCoordinator => {
+                    let asked = request(version, body);
+                    let at = named.load(Ordering::SeqCst);
+                    Some(answer(
+                        header,
+                        &naming(asked, |_| (at as i32, addrs[at].as_str())),
+                    ))
+                }
+                ApiKey::DescribeTransactions => {
+                    let asked: DescribeTransactionsRequest = request(version, body);
+                    let states = asked
+                        .transactional_ids
+                        .into_iter()
+                        .map(|id| {
+                            TransactionState::default()
+                                .with_transactional_id(id)
+                                .with_transaction_state(StrBytes::from_static_str("Empty"))
+                                .with_producer_id(ProducerId(pid))
+                                .with_producer_epoch(epoch)
+                        })
+                        .collect();
+                    let response =
+                        DescribeTransactionsResponse::default().with_transaction_states(states);
+                    Some(answer(header, &response))
+                }
+                _ => None,
+            }
+        });
+        let finds = AtomicUsize::new(0);
+        let delay = Arc::new(move |header: &RequestHeader| {
+            let find = header.request_api_key == ApiKey::FindCoordinator as i16;
+            if find && finds.fetch_add(1, Ordering::SeqCst) == 0 {
+                first_find
+            } else {
+                Duration::ZERO
+            }
+        });
+        brokers.push(FakeBroker::start_delayed(script, delay).await);
     }
     *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
     brokers
+}
+
+/// Two brokers, both naming broker 1 the coordinator of every id.
+async fn two_brokers(pairs: [(i64, i16); 2]) -> Vec<FakeBroker> {
+    scripted_brokers(&pairs, Arc::new(AtomicUsize::new(1)), Duration::ZERO).await
 }
 
 #[tokio::test]
@@ -361,6 +384,64 @@ async fn an_answer_another_broker_does_not_confirm_is_never_used() {
     assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
     assert_eq!(brokers[0].requests(ApiKey::DescribeTransactions).len(), 1);
     assert_eq!(brokers[1].requests(ApiKey::DescribeTransactions).len(), 1);
+}
+
+#[tokio::test]
+async fn a_stale_answer_whose_confirmation_was_sent_before_the_check_arrived_is_never_believed() {
+    // Broker 1 coordinates "r" with the pair 7:1. A first check's
+    // confirmation goes to broker 0 or 2, which names broker 1 and holds its
+    // answer 600 ms. Meanwhile broker 1 is deposed: broker 2 mints 7:2 and
+    // every broker names it; broker 1, paused and back, still answers 7:1.
+    // A second check arrives while the first confirmation, which carries
+    // "r" and names broker 1, is still in flight: it must wait for a
+    // confirmation sent after it arrived, which names broker 2.
+    let named = Arc::new(AtomicUsize::new(1));
+    let brokers = scripted_brokers(
+        &[(7, 2), (7, 1), (7, 2)],
+        named.clone(),
+        Duration::from_millis(600),
+    )
+    .await;
+    let mut config = ClientConfig::new([brokers[0].addr.as_str()]);
+    // The held confirmation keeps the stream: no hedge around it.
+    config.hedge_after = Duration::from_secs(5);
+    let client = KafkaClient::new(config).unwrap();
+    client.refresh_metadata(&[]).await.unwrap();
+    let deposed = Broker {
+        id: 1,
+        addr: brokers[1].addr.clone(),
+    };
+    client.state().learn(Lesson::CoordinatorFound {
+        key: "r",
+        broker: &deposed,
+    });
+    let first = tokio::spawn({
+        let client = client.clone();
+        async move { client.describe_transaction("r").await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while [0, 2]
+        .iter()
+        .all(|&b| brokers[b].requests(ApiKey::FindCoordinator).is_empty())
+    {
+        assert!(Instant::now() < deadline, "no confirmation was sent");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    named.store(2, Ordering::SeqCst);
+    let second = client.describe_transaction("r").await.unwrap().unwrap();
+    let first = first.await.unwrap().unwrap().unwrap();
+
+    assert_eq!(
+        (second.producer_id, second.producer_epoch),
+        (7, 2),
+        "the second check believed broker 1's old pair"
+    );
+    // The first check's confirmation was sent after it arrived, and named
+    // broker 1 then: 7:1 was current within its request.
+    assert_eq!((first.producer_id, first.producer_epoch), (7, 1));
+    assert_eq!(brokers[1].requests(ApiKey::DescribeTransactions).len(), 2);
+    assert_eq!(brokers[2].requests(ApiKey::DescribeTransactions).len(), 1);
 }
 
 /// An address nothing listens on.

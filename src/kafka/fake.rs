@@ -3,6 +3,7 @@
 //! says, or never answer at all (a hung broker).
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
@@ -23,6 +24,11 @@ use super::versions::PINNED;
 /// (header and body), or `None` to never answer.
 pub(crate) type Script = Arc<dyn Fn(&RequestHeader, Bytes) -> Option<Bytes> + Send + Sync>;
 
+/// How long a scripted broker holds the answer to one request before it
+/// writes it; the requests after it on that connection wait too (a broker
+/// answers one connection's requests in order).
+pub(crate) type Delay = Arc<dyn Fn(&RequestHeader) -> Duration + Send + Sync>;
+
 /// A scripted broker listening on loopback.
 pub(crate) struct FakeBroker {
     pub(crate) addr: String,
@@ -40,6 +46,12 @@ impl Drop for FakeBroker {
 impl FakeBroker {
     /// A broker answering ApiVersions itself and everything else by `script`.
     pub(crate) async fn start(script: Script) -> FakeBroker {
+        FakeBroker::start_delayed(script, Arc::new(|_| Duration::ZERO)).await
+    }
+
+    /// [`FakeBroker::start`], each answer written `delay` after the request
+    /// was read (and answered by `script`).
+    pub(crate) async fn start_delayed(script: Script, delay: Delay) -> FakeBroker {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let seen: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>> = Arc::default();
@@ -49,7 +61,7 @@ impl FakeBroker {
                 let Ok((mut socket, _)) = listener.accept().await else {
                     return;
                 };
-                let (script, log) = (script.clone(), log.clone());
+                let (script, log, delay) = (script.clone(), log.clone(), delay.clone());
                 tokio::spawn(async move {
                     loop {
                         let Ok(size) = socket.read_i32().await else {
@@ -73,6 +85,10 @@ impl FakeBroker {
                             script(&header, body)
                         };
                         if let Some(answer) = answer {
+                            let hold = delay(&header);
+                            if !hold.is_zero() {
+                                tokio::time::sleep(hold).await;
+                            }
                             let mut out = BytesMut::new();
                             out.put_i32(answer.len() as i32);
                             out.put_slice(&answer);
