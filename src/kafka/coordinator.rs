@@ -9,7 +9,10 @@
 
 use std::collections::HashMap;
 
-use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{
+    FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest, MetadataResponse, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::oneshot;
 
@@ -176,30 +179,32 @@ impl KafkaClient {
         Some(rx)
     }
 
-    /// Sends the stream's next confirmation, if it is free and a batch waits.
+    /// Sends the stream's next confirmation, if it is free and a batch
+    /// waits (describes without rounds: see `describe`).
     fn send_confirmation(&self) {
         let brokers = self.confirming_brokers();
         if let Some(request) = self.state().confirms().next_request(&brokers) {
-            tokio::spawn(self.clone().confirm_batches(request));
+            let client = self.clone();
+            tokio::spawn(async move {
+                client.confirm(request).await;
+                client.send_confirmation();
+            });
         }
     }
 
-    /// The brokers that may confirm, best first: not in reconnect backoff,
-    /// then without a confirmation in flight; ties in random order, so the
-    /// load spreads (as `brokers_by_load`).
-    fn confirming_brokers(&self) -> Vec<Broker> {
+    /// The brokers that may confirm, best first: not in reconnect backoff
+    /// (those are left out), then without a confirmation in flight; ties in
+    /// random order, so the load spreads (as `brokers_by_load`).
+    pub(crate) fn confirming_brokers(&self) -> Vec<Broker> {
         let busy = self.state().confirms().busy();
-        let mut ranked: Vec<((bool, bool, u32), Broker)> = self
+        let mut ranked: Vec<((bool, u32), Broker)> = self
             .state()
             .metadata()
             .brokers()
             .into_iter()
+            .filter(|(_, addr)| !self.state().nodes().is_blocked(addr))
             .map(|(id, addr)| {
-                let rank = (
-                    self.state().nodes().is_blocked(&addr),
-                    busy.contains(&addr),
-                    rand::random::<u32>(),
-                );
+                let rank = (busy.contains(&addr), rand::random::<u32>());
                 (rank, Broker { id, addr })
             })
             .collect();
@@ -207,33 +212,159 @@ impl KafkaClient {
         ranked.into_iter().map(|(_, broker)| broker).collect()
     }
 
-    /// One confirmation: a FindCoordinator of `request`'s ids to its
-    /// broker. After the hedge delay without an answer the stream goes on
-    /// without it (its waiters join the next one too); its answer, when it
-    /// comes, still answers those not answered yet.
-    async fn confirm_batches(self, request: ConfirmRequest) {
-        let find = build_find_coordinator(&request.ids);
-        let result = {
-            let send = self.send_to(&request.to.addr, &find);
-            tokio::pin!(send);
-            tokio::select! {
-                result = &mut send => result,
-                () = tokio::time::sleep(self.config().hedge_after) => {
-                    self.state().confirms().slow(&request);
-                    self.send_confirmation();
-                    send.await
-                }
+    /// Sends one confirmation and hands its answer to the stream. Returns
+    /// when it is answered, or when it has been in flight for the hedge
+    /// delay: then it goes on in a task of its own, and the stream is free
+    /// for the next one, which carries its waiters too.
+    pub(crate) async fn confirm(&self, request: ConfirmRequest) {
+        let number = request.number;
+        let client = self.clone();
+        let mut call = Box::pin(async move {
+            let answer = client.ask_confirmation(&request).await;
+            client.state().confirms().done(request, answer);
+        });
+        tokio::select! {
+            () = &mut call => {}
+            () = tokio::time::sleep(self.config().hedge_after) => {
+                self.state().confirms().slow(number);
+                tokio::spawn(call);
             }
-        };
-        let answer = result.map(|response| Confirmation {
-            by: request.to.clone(),
+        }
+    }
+
+    /// Asks `request`'s broker which broker coordinates each of its ids:
+    /// one Metadata request of `__transaction_state`, whose partition
+    /// leaders are the coordinators (`partition_for` maps an id to its
+    /// partition). The broker builds that topic's partition list once for
+    /// it, where FindCoordinator builds it again for every id
+    /// (`KafkaApis.getCoordinator`): at 20 ids a confirmation took twice a
+    /// describe's round trip. A client the cluster does not let describe
+    /// that topic (TOPIC_AUTHORIZATION_FAILED) confirms with FindCoordinator
+    /// from then on.
+    async fn ask_confirmation(&self, request: &ConfirmRequest) -> Result<Confirmation, KafkaError> {
+        let by = request.to.clone();
+        if !self.state().confirms().by_find_coordinator() {
+            let response = self
+                .send_to(&request.to.addr, &build_leaders_request())
+                .await?;
+            match parse_leaders(response) {
+                Ok(leaders) => {
+                    let named = request
+                        .ids
+                        .iter()
+                        .map(|id| {
+                            (
+                                id.clone(),
+                                leaders[partition_for(id, leaders.len())].clone(),
+                            )
+                        })
+                        .collect();
+                    return Ok(Confirmation { by, named });
+                }
+                Err(e) if e.code() == Some(TOPIC_AUTHORIZATION_FAILED) => {
+                    tracing::info!(error = %e, "this client may not describe {TRANSACTION_STATE}: describes are confirmed with FindCoordinator");
+                    self.state().confirms().use_find_coordinator();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let response = self
+            .send_to(&request.to.addr, &build_find_coordinator(&request.ids))
+            .await?;
+        Ok(Confirmation {
+            by,
             named: parse_find_coordinator(&request.ids, response)
                 .into_iter()
                 .collect(),
-        });
-        self.state().confirms().done(request, answer);
-        self.send_confirmation();
+        })
     }
+}
+
+/// The topic whose partition leaders are the transaction coordinators.
+const TRANSACTION_STATE: &str = "__transaction_state";
+/// TOPIC_AUTHORIZATION_FAILED.
+const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+
+/// A Metadata request of `__transaction_state` alone, never creating it.
+pub(crate) fn build_leaders_request() -> MetadataRequest {
+    MetadataRequest::default()
+        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+            TopicName(StrBytes::from_static_str(TRANSACTION_STATE)),
+        ))]))
+        .with_allow_auto_topic_creation(false)
+}
+
+/// Per partition of `__transaction_state` (by index), its leader or why
+/// it has none; the topic's error when it has one.
+pub(crate) fn parse_leaders(response: MetadataResponse) -> Result<Vec<Answer>, KafkaError> {
+    let brokers: HashMap<i32, String> = response
+        .brokers
+        .iter()
+        .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
+        .collect();
+    let topic = response
+        .topics
+        .into_iter()
+        .find(|t| {
+            t.name
+                .as_ref()
+                .is_some_and(|n| n.0.as_str() == TRANSACTION_STATE)
+        })
+        .ok_or_else(|| {
+            KafkaError::Invalid(format!("Metadata answered nothing for {TRANSACTION_STATE}"))
+        })?;
+    if topic.error_code != 0 {
+        return Err(KafkaError::broker("Metadata", topic.error_code, None));
+    }
+    let count = topic.partitions.len();
+    let mut leaders: Vec<Answer> = (0..count)
+        .map(|p| {
+            Err(KafkaError::Invalid(format!(
+                "Metadata named no partition {p} of {TRANSACTION_STATE}"
+            )))
+        })
+        .collect();
+    for partition in topic.partitions {
+        let Some(slot) = usize::try_from(partition.partition_index)
+            .ok()
+            .and_then(|i| leaders.get_mut(i))
+        else {
+            return Err(KafkaError::Invalid(format!(
+                "Metadata named partition {} of {TRANSACTION_STATE}, which has {count}",
+                partition.partition_index
+            )));
+        };
+        let leader = partition.leader_id.0;
+        *slot = if partition.error_code != 0 {
+            Err(KafkaError::broker("Metadata", partition.error_code, None))
+        } else {
+            match brokers.get(&leader) {
+                Some(addr) => Ok(Broker {
+                    id: leader,
+                    addr: addr.clone(),
+                }),
+                None => Err(coordinator_error(15, None)),
+            }
+        };
+    }
+    if leaders.is_empty() {
+        return Err(KafkaError::Invalid(format!(
+            "{TRANSACTION_STATE} has no partition"
+        )));
+    }
+    Ok(leaders)
+}
+
+/// The partition of `__transaction_state` that holds `id`, as Kafka's
+/// `TransactionStateManager.partitionFor` computes it:
+/// `Utils.abs(id.hashCode()) % partitions`, with Java's `String.hashCode`
+/// over UTF-16 code units and `Utils.abs(Integer.MIN_VALUE) == 0`.
+pub(crate) fn partition_for(id: &str, partitions: usize) -> usize {
+    let hash = id.encode_utf16().fold(0i32, |h, unit| {
+        h.wrapping_mul(31).wrapping_add(i32::from(unit))
+    });
+    let abs = if hash == i32::MIN { 0 } else { hash.abs() };
+    usize::try_from(abs).unwrap_or(0) % partitions.max(1)
 }
 
 #[cfg(test)]
@@ -320,5 +451,74 @@ mod tests {
         assert!(matches!(named["same"], Named::Same));
         assert!(matches!(&named["moved"], Named::Other(b) if b.id == 2 && b.addr == "b:9002"));
         assert!(matches!(&named["unknown"], Named::Failed(e) if e.code() == Some(15)));
+    }
+
+    #[test]
+    fn an_id_maps_to_its_partition_as_kafka_maps_it() {
+        // Java's String.hashCode: "hello" 99162322, "é" 233, "😀" (two
+        // UTF-16 units) 1772899, "polygenelubricants" Integer.MIN_VALUE,
+        // whose Utils.abs is 0.
+        assert_eq!(partition_for("hello", 50), 99_162_322 % 50);
+        assert_eq!(partition_for("é", 50), 233 % 50);
+        assert_eq!(partition_for("😀", 50), 1_772_899 % 50);
+        assert_eq!(partition_for("polygenelubricants", 50), 0);
+        assert_eq!(partition_for("bench-role-1", 50), 1_191_920_343 % 50);
+        // "bench-role-100".hashCode() is -1320816873: its absolute value.
+        assert_eq!(partition_for("bench-role-100", 50), 1_320_816_873 % 50);
+        assert_eq!(partition_for("", 50), 0);
+    }
+
+    #[test]
+    fn the_leaders_of_transaction_state_are_the_coordinators() {
+        use kafka_protocol::messages::metadata_response::{
+            MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+        };
+        let partition = |index: i32, leader: i32, code: i16| {
+            MetadataResponsePartition::default()
+                .with_partition_index(index)
+                .with_leader_id(BrokerId(leader))
+                .with_error_code(code)
+        };
+        let response = MetadataResponse::default()
+            .with_brokers(vec![
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(1))
+                    .with_host(StrBytes::from_static_str("b"))
+                    .with_port(9001),
+            ])
+            .with_topics(vec![
+                MetadataResponseTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_static_str(
+                        TRANSACTION_STATE,
+                    ))))
+                    .with_partitions(vec![
+                        partition(1, 7, 0),
+                        partition(0, 1, 0),
+                        partition(2, -1, 5),
+                    ]),
+            ]);
+        let leaders = parse_leaders(response.clone()).unwrap();
+        assert_eq!(leaders.len(), 3);
+        assert_eq!(
+            leaders[0],
+            Ok(Broker {
+                id: 1,
+                addr: "b:9001".into()
+            })
+        );
+        assert!(leaders[1].is_err(), "a leader not among the brokers");
+        assert_eq!(leaders[2].as_ref().unwrap_err().code(), Some(5));
+        let mut refused = response;
+        refused.topics[0].error_code = TOPIC_AUTHORIZATION_FAILED;
+        assert_eq!(
+            parse_leaders(refused).unwrap_err().code(),
+            Some(TOPIC_AUTHORIZATION_FAILED)
+        );
+        let request = build_leaders_request();
+        assert!(!request.allow_auto_topic_creation);
+        assert_eq!(
+            request.topics.unwrap()[0].name.as_ref().unwrap().0.as_str(),
+            TRANSACTION_STATE
+        );
     }
 }

@@ -110,7 +110,7 @@ use super::error::{KafkaError, TRANSACTIONAL_ID_NOT_FOUND};
 use super::observe::StaleReason;
 use super::retry::Retry;
 use super::state::{
-    Confirmation as Confirmed, DescribeReply, Described, Lesson, TransactionDescription,
+    Confirmation as Confirmed, DescribeReply, Described, Lesson, Start, TransactionDescription,
 };
 use crate::coordination::FencingToken;
 
@@ -254,15 +254,25 @@ impl KafkaClient {
             tokio::spawn(async move { client.describe_batch(&coordinator, batch).await });
             return rx;
         }
-        if self.state().describes().enqueue(coordinator, id, tx) {
-            tokio::spawn(self.clone().flush(coordinator.clone()));
+        let rounds = self.state().metadata().is_multi_broker();
+        match self
+            .state()
+            .describes()
+            .enqueue(coordinator, id, tx, rounds)
+        {
+            Start::Nothing => {}
+            Start::Sender => {
+                tokio::spawn(self.clone().flush(coordinator.clone()));
+            }
+            Start::Rounds => self.start_rounds(),
         }
         rx
     }
 
     /// Sends the waiting ids of one coordinator, batch after batch, until
-    /// none wait. Its own task, so a caller that gives up does not cancel
-    /// the others' request.
+    /// none wait (no confirmation rounds: a single broker, or a cluster
+    /// that just grew). Its own task, so a caller that gives up does not
+    /// cancel the others' request.
     async fn flush(self, coordinator: Broker) {
         let max = self.config().max_describe_batch.max(1);
         while let Some(batch) = self.state().describes().next_batch(&coordinator, max) {
@@ -270,53 +280,163 @@ impl KafkaClient {
         }
     }
 
-    /// One DescribeTransactions to `coordinator`, answered to every waiter
-    /// once another broker confirmed it: returns when the describe is
-    /// answered, the confirmation goes on in a task of its own.
+    /// One DescribeTransactions to `coordinator` outside the rounds: in the
+    /// confirmation stream when the cluster ever had a second broker; its
+    /// answers wait for the confirmation in a task of their own.
     async fn describe_batch(&self, coordinator: &Broker, batch: Vec<(String, DescribeReply)>) {
         // Every check of the batch arrived before this instant.
         let taken = Instant::now();
-        let mut ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        match self.describe(coordinator, &ids).await {
-            Err(e) => reply(batch, &Err(e), coordinator),
-            Ok((answers, None)) => reply(batch, &Ok(answers), coordinator),
-            Ok((mut answers, Some(confirmation))) => {
+        let ids = distinct(&batch);
+        // A broker in reconnect backoff fails here, before a confirmation
+        // is spent on it.
+        if let Err(e) = self.connection(&coordinator.addr).await {
+            return reply(batch, &Err(e), coordinator);
+        }
+        let confirmation = self.confirmation(coordinator, &ids);
+        let answers = self.describe(coordinator, &ids).await;
+        match (answers, confirmation) {
+            (Ok(mut answers), Some(confirmation)) => {
                 let client = self.clone();
                 let coordinator = coordinator.clone();
                 tokio::spawn(async move {
-                    let received = tokio::time::timeout_at(taken + CONFIRM_WINDOW, confirmation)
-                        .await
-                        .ok()
-                        .map(|r| {
-                            r.unwrap_or_else(|_| {
-                                Err(KafkaError::Invalid("the confirmation was dropped".into()))
-                            })
-                        });
-                    let confirmation = Confirmation::of(received, taken.elapsed(), &coordinator);
-                    client.keep_confirmed(&mut answers, &coordinator, &confirmation);
+                    client
+                        .await_confirmation(&mut answers, &coordinator, confirmation, taken)
+                        .await;
                     reply(batch, &Ok(answers), &coordinator);
                 });
+            }
+            (answers, _) => reply(batch, &answers, coordinator),
+        }
+    }
+
+    /// Starts the round loop in a task of its own.
+    fn start_rounds(&self) {
+        let rounds: futures::future::BoxFuture<'static, ()> = Box::pin(self.clone().rounds());
+        tokio::spawn(rounds);
+    }
+
+    /// The confirmation rounds: one loop for the client while the cluster
+    /// ever had a second broker (see the module docs). A round starts when
+    /// the confirmation before it returned (or was slower than the hedge
+    /// delay): every coordinator with ids waiting and no describe in flight
+    /// but one gives its batch, the batches' describes go out, and one
+    /// confirmation carries them all. The loop ends when nothing is left to
+    /// send; an id queued then starts it again.
+    async fn rounds(self) {
+        let max = self.config().max_describe_batch.max(1);
+        // The broker the last round confirmed with, if its own batch waited.
+        let mut deferred: Option<i32> = None;
+        loop {
+            let describes = self.state().describes();
+            let confirms = self.state().confirms();
+            if !describes.go_on(|| confirms.has_waiting()) {
+                return;
+            }
+            let ready = describes.ready();
+            let brokers = self.confirming_brokers();
+            let mut waiting = confirms.waiting_coordinators();
+            waiting.extend(ready.iter().map(|(b, _)| b.id));
+            let Some(to) = choose(&brokers, &ready, &waiting, deferred) else {
+                // No broker could confirm anyone: the batches fail now and
+                // are asked again after their callers' backoff.
+                let error = KafkaError::Connect {
+                    addr: "the cluster".into(),
+                    reason: "no broker to confirm a coordinator's answers with".into(),
+                };
+                for (coordinator, _) in &ready {
+                    if let Some(batch) = describes.take(coordinator, max) {
+                        reply(batch, &Err(error.clone()), coordinator);
+                        describes.answered(coordinator);
+                    }
+                }
+                confirms.fail_waiting(&error);
+                continue;
+            };
+            // Every check of these batches arrived before this instant.
+            let taken = Instant::now();
+            let mut batches = Vec::with_capacity(ready.len());
+            for (coordinator, _) in ready {
+                if coordinator.id == to.id {
+                    continue;
+                }
+                if let Some(batch) = describes.take(&coordinator, max) {
+                    let ids = distinct(&batch);
+                    let (confirmation, _) = confirms.wait(&coordinator, ids.clone());
+                    batches.push((coordinator, batch, ids, confirmation));
+                }
+            }
+            deferred = (batches.is_empty() || describes.ready().iter().any(|(b, _)| b.id == to.id))
+                .then_some(to.id);
+            // Carries every batch taken above (unless another request
+            // already took one of them: then that one answers it).
+            let request = confirms.request_to(&to);
+            let mut describes: Vec<_> = batches
+                .into_iter()
+                .map(|(coordinator, batch, ids, confirmation)| {
+                    self.clone()
+                        .round_describe(coordinator, batch, ids, confirmation, taken)
+                })
+                .collect();
+            // One batch (a lone check): its describe and the confirmation
+            // in this task. More: each describe in a task of its own, so
+            // the next round does not wait for the slowest coordinator.
+            let confirm = async {
+                if let Some(request) = request {
+                    self.confirm(request).await;
+                }
+            };
+            if describes.len() == 1 {
+                let describe = describes.pop();
+                tokio::join!(confirm, async {
+                    if let Some(d) = describe {
+                        d.await;
+                    }
+                });
+            } else {
+                for describe in describes {
+                    tokio::spawn(describe);
+                }
+                confirm.await;
             }
         }
     }
 
-    /// The answers of `coordinator` for `ids`, and where their confirmation
-    /// comes (`None`: not needed). The batch joins the confirmation stream
-    /// once connected: a broker in reconnect backoff fails before any
-    /// confirmation is spent on it.
+    /// The describe of one batch a round took: answered to its waiters once
+    /// the round's confirmation (or a later one) backs it.
+    async fn round_describe(
+        self,
+        coordinator: Broker,
+        batch: Vec<(String, DescribeReply)>,
+        ids: Vec<String>,
+        confirmation: Pending,
+        taken: Instant,
+    ) {
+        let answers = self.describe(&coordinator, &ids).await;
+        if self.state().describes().answered(&coordinator) {
+            self.start_rounds();
+        }
+        let answers = match answers {
+            Ok(mut answers) => {
+                self.await_confirmation(&mut answers, &coordinator, confirmation, taken)
+                    .await;
+                Ok(answers)
+            }
+            Err(e) => Err(e),
+        };
+        reply(batch, &answers, &coordinator);
+    }
+
+    /// The answers of `coordinator` for `ids`, unconfirmed.
     async fn describe(
         &self,
         coordinator: &Broker,
         ids: &[String],
-    ) -> Result<(HashMap<String, Described>, Option<Pending>), KafkaError> {
+    ) -> Result<HashMap<String, Described>, KafkaError> {
         let conn = self.connection(&coordinator.addr).await?;
         if let Some(observer) = self.observer() {
             observer.describe_batch(ids.len());
         }
         let request = build_describe(ids);
-        let confirmation = self.confirmation(coordinator, ids);
         let answers = parse_describe(
             self.call_on(&conn, &request, self.config().request_timeout)
                 .await?,
@@ -325,7 +445,28 @@ impl KafkaClient {
         for error in answers.values().filter_map(|a| a.as_ref().err()) {
             self.state().learn(Lesson::DescribeFailed { addr, error });
         }
-        Ok((answers, confirmation))
+        Ok(answers)
+    }
+
+    /// Waits for the confirmation of a batch taken at `taken`, within the
+    /// window, and keeps the answers it backs.
+    async fn await_confirmation(
+        &self,
+        answers: &mut HashMap<String, Described>,
+        coordinator: &Broker,
+        confirmation: Pending,
+        taken: Instant,
+    ) {
+        let received = tokio::time::timeout_at(taken + CONFIRM_WINDOW, confirmation)
+            .await
+            .ok()
+            .map(|r| {
+                r.unwrap_or_else(|_| {
+                    Err(KafkaError::Invalid("the confirmation was dropped".into()))
+                })
+            });
+        let confirmation = Confirmation::of(received, taken.elapsed(), coordinator);
+        self.keep_confirmed(answers, coordinator, &confirmation);
     }
 
     /// Keeps the answers `confirmation` backs (see the module docs); the
@@ -362,6 +503,42 @@ impl KafkaClient {
 
 /// Where a batch's confirmation comes.
 type Pending = oneshot::Receiver<Result<Confirmed, KafkaError>>;
+
+/// The distinct ids of a batch, sorted.
+fn distinct(batch: &[(String, DescribeReply)]) -> Vec<String> {
+    let mut ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// The broker a round confirms with: of `brokers` (usable, best first),
+/// the one whose own batches wait least (`ready`: coordinators and their
+/// waiting ids; they wait for the next round), never the one the round
+/// before deferred while another can confirm, and never the only
+/// coordinator `waiting` names (it cannot confirm itself). `None` when no
+/// broker can confirm any waiting batch.
+fn choose(
+    brokers: &[Broker],
+    ready: &[(Broker, usize)],
+    waiting: &[i32],
+    deferred: Option<i32>,
+) -> Option<Broker> {
+    let own = |b: &Broker| -> usize {
+        ready
+            .iter()
+            .filter(|(c, _)| c.id == b.id)
+            .map(|(_, n)| *n)
+            .sum()
+    };
+    brokers
+        .iter()
+        .enumerate()
+        // It must confirm someone.
+        .filter(|(_, b)| waiting.iter().any(|&c| c != b.id))
+        .min_by_key(|(rank, b)| (Some(b.id) == deferred, own(b), *rank))
+        .map(|(_, b)| b.clone())
+}
 
 /// Sends each waiter of `batch` its id's answer in `answers`.
 fn reply(

@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use kafka_protocol::messages::{
     ApiKey, BrokerId, DescribeTransactionsRequest, DescribeTransactionsResponse, FetchRequest,
-    FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, MetadataResponse, ProducerId,
-    RequestHeader, TopicName,
+    FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest,
+    MetadataResponse, ProducerId, RequestHeader, TopicName,
     describe_transactions_response::TransactionState,
     fetch_response::{FetchableTopicResponse, PartitionData},
     find_coordinator_response::Coordinator,
@@ -295,14 +295,29 @@ async fn not_coordinator_looks_every_id_of_the_broker_up_again_in_one_batch() {
     );
 }
 
+/// True for a Metadata request of `__transaction_state`: a confirmation.
+fn is_confirmation(header: &RequestHeader, body: &Bytes) -> bool {
+    header.request_api_key == ApiKey::Metadata as i16 && {
+        let asked: MetadataRequest = request(header.request_api_version, body.clone());
+        asked.topics.is_some_and(|topics| {
+            topics.iter().any(|t| {
+                t.name
+                    .as_ref()
+                    .is_some_and(|n| n.0.as_str() == "__transaction_state")
+            })
+        })
+    }
+}
+
 /// Brokers 0, 1, … answering DescribeTransactions with `pairs[broker]`
-/// for every id, and FindCoordinator with the broker `named` holds as the
-/// coordinator of every id (as it stands when the request is read); each
-/// broker holds its answer to its first FindCoordinator `first_find` long.
+/// for every id, and FindCoordinator (and Metadata of the one partition of
+/// `__transaction_state`) with the broker `named` holds as the coordinator
+/// of every id, as it stands when the request is read; each broker holds
+/// its answer to its first confirmation `first_confirmation` long.
 async fn scripted_brokers(
     pairs: &[(i64, i16)],
     named: Arc<AtomicUsize>,
-    first_find: Duration,
+    first_confirmation: Duration,
 ) -> Vec<FakeBroker> {
     let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     let mut brokers = Vec::new();
@@ -311,15 +326,17 @@ async fn scripted_brokers(
         let script = Arc::new(move |header: &RequestHeader, body| {
             let addrs = addrs.lock().unwrap().clone();
             let version = header.request_api_version;
+            let at = named.load(Ordering::SeqCst);
             match ApiKey::try_from(header.request_api_key).unwrap() {
                 ApiKey::Metadata => {
                     let list: Vec<(i32, &str)> =
                         (0..).zip(addrs.iter().map(String::as_str)).collect();
-                    Some(answer(header, &metadata(&list, None)))
+                    let leaders = [(0, at as i32, 1)];
+                    let topic = Some(("__transaction_state", &leaders[..]));
+                    Some(answer(header, &metadata(&list, topic)))
                 }
                 ApiKey::FindCoordinator => {
                     let asked = request(version, body);
-                    let at = named.load(Ordering::SeqCst);
                     Some(answer(
                         header,
                         &naming(asked, |_| (at as i32, addrs[at].as_str())),
@@ -345,11 +362,10 @@ async fn scripted_brokers(
                 _ => None,
             }
         });
-        let finds = AtomicUsize::new(0);
-        let delay = Arc::new(move |header: &RequestHeader| {
-            let find = header.request_api_key == ApiKey::FindCoordinator as i16;
-            if find && finds.fetch_add(1, Ordering::SeqCst) == 0 {
-                first_find
+        let confirmations = AtomicUsize::new(0);
+        let delay = Arc::new(move |header: &RequestHeader, body: &Bytes| {
+            if is_confirmation(header, body) && confirmations.fetch_add(1, Ordering::SeqCst) == 0 {
+                first_confirmation
             } else {
                 Duration::ZERO
             }
@@ -389,8 +405,8 @@ async fn an_answer_another_broker_does_not_confirm_is_never_used() {
 #[tokio::test]
 async fn a_stale_answer_whose_confirmation_was_sent_before_the_check_arrived_is_never_believed() {
     // Broker 1 coordinates "r" with the pair 7:1. A first check's
-    // confirmation goes to broker 0 or 2, which names broker 1 and holds its
-    // answer 600 ms. Meanwhile broker 1 is deposed: broker 2 mints 7:2 and
+    // confirmation (a Metadata request of `__transaction_state`) goes to
+    // broker 0 or 2, which names broker 1 and holds its answer 600 ms. Meanwhile broker 1 is deposed: broker 2 mints 7:2 and
     // every broker names it; broker 1, paused and back, still answers 7:1.
     // A second check arrives while the first confirmation, which carries
     // "r" and names broker 1, is still in flight: it must wait for a
@@ -419,11 +435,20 @@ async fn a_stale_answer_whose_confirmation_was_sent_before_the_check_arrived_is_
         let client = client.clone();
         async move { client.describe_transaction("r").await }
     });
+    let confirmations = |b: usize| {
+        brokers[b]
+            .requests(ApiKey::Metadata)
+            .into_iter()
+            .filter(|(version, body)| {
+                let header = RequestHeader::default()
+                    .with_request_api_key(ApiKey::Metadata as i16)
+                    .with_request_api_version(*version);
+                is_confirmation(&header, body)
+            })
+            .count()
+    };
     let deadline = Instant::now() + Duration::from_secs(5);
-    while [0, 2]
-        .iter()
-        .all(|&b| brokers[b].requests(ApiKey::FindCoordinator).is_empty())
-    {
+    while confirmations(0) + confirmations(2) == 0 {
         assert!(Instant::now() < deadline, "no confirmation was sent");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

@@ -27,7 +27,7 @@ pub(crate) type Script = Arc<dyn Fn(&RequestHeader, Bytes) -> Option<Bytes> + Se
 /// How long a scripted broker holds the answer to one request before it
 /// writes it; the requests after it on that connection wait too (a broker
 /// answers one connection's requests in order).
-pub(crate) type Delay = Arc<dyn Fn(&RequestHeader) -> Duration + Send + Sync>;
+pub(crate) type Delay = Arc<dyn Fn(&RequestHeader, &Bytes) -> Duration + Send + Sync>;
 
 /// A scripted broker listening on loopback.
 pub(crate) struct FakeBroker {
@@ -46,7 +46,7 @@ impl Drop for FakeBroker {
 impl FakeBroker {
     /// A broker answering ApiVersions itself and everything else by `script`.
     pub(crate) async fn start(script: Script) -> FakeBroker {
-        FakeBroker::start_delayed(script, Arc::new(|_| Duration::ZERO)).await
+        FakeBroker::start_delayed(script, Arc::new(|_, _| Duration::ZERO)).await
     }
 
     /// [`FakeBroker::start`], each answer written `delay` after the request
@@ -74,18 +74,18 @@ impl FakeBroker {
                         let mut body = frame.freeze();
                         let header = decode_request_header_from_buffer(&mut body).unwrap();
                         let api = ApiKey::try_from(header.request_api_key).unwrap();
-                        let answer = if api == ApiKey::ApiVersions {
-                            Some(api_versions(&header))
+                        let (answer, hold) = if api == ApiKey::ApiVersions {
+                            (Some(api_versions(&header)), Duration::ZERO)
                         } else {
                             log.lock().unwrap().push((
                                 api,
                                 header.request_api_version,
                                 body.clone(),
                             ));
-                            script(&header, body)
+                            let hold = delay(&header, &body);
+                            (script(&header, body), hold)
                         };
                         if let Some(answer) = answer {
-                            let hold = delay(&header);
                             if !hold.is_zero() {
                                 tokio::time::sleep(hold).await;
                             }

@@ -2,18 +2,20 @@
 //! confirm their coordinator, and the confirmations in flight.
 //!
 //! One stream for the whole client (see `describe` for why it is sound):
-//! one FindCoordinator in flight at a time carries the ids of every batch
-//! that waits, whatever its coordinator, except the batches of the broker
-//! it is sent to, which cannot confirm itself; they go in the next one. A
-//! waiter only ever joins a request built after it began waiting, so every
+//! one confirmation in flight at a time carries the ids of every batch that
+//! waits, whatever its coordinator, except the batches of the broker it is
+//! sent to, which cannot confirm itself; they go in the next one. A waiter
+//! only ever joins a request built after it began waiting, so every
 //! confirmation of a batch was sent after the batch's checks arrived.
 //!
 //! A confirmation in flight longer than the hedge delay no longer holds the
 //! stream: the next one goes to another broker and carries the slow one's
 //! waiters too; each waiter takes the first answer that names its ids (as
-//! `send_any` races a slow broker).
+//! `send_any` races a slow broker). A waiter whose last request failed
+//! gets the failure (its describe is asked again, after a backoff).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
@@ -45,6 +47,8 @@ pub(crate) struct Waiter {
     coordinator: Broker,
     ids: Vec<String>,
     reply: Mutex<Option<Reply>>,
+    /// Requests in flight that carry it.
+    carriers: AtomicUsize,
 }
 
 impl Waiter {
@@ -85,13 +89,21 @@ pub(crate) struct Request {
     waiters: Vec<Arc<Waiter>>,
 }
 
+#[derive(Debug)]
+struct InFlight {
+    number: u64,
+    addr: String,
+    /// Sent less than the hedge delay ago: the next request waits for it.
+    holds: bool,
+    waiters: Vec<Arc<Waiter>>,
+}
+
 #[derive(Debug, Default)]
 struct Stream {
     /// Waiters not carried by any request younger than the hedge delay.
     waiting: Vec<Arc<Waiter>>,
-    /// Requests in flight: number, broker address, and whether one still
-    /// holds the stream (sent less than the hedge delay ago).
-    in_flight: Vec<(u64, String, bool)>,
+    /// Requests in flight.
+    in_flight: Vec<InFlight>,
     /// Requests built so far (each one's number).
     sent: u64,
 }
@@ -100,6 +112,9 @@ struct Stream {
 #[derive(Debug, Default)]
 pub(crate) struct Confirms {
     stream: Mutex<Stream>,
+    /// The cluster refused this client the metadata of
+    /// `__transaction_state`: confirmations are FindCoordinator requests.
+    by_find_coordinator: AtomicBool,
 }
 
 impl Confirms {
@@ -118,6 +133,7 @@ impl Confirms {
             coordinator: coordinator.clone(),
             ids,
             reply: Mutex::new(Some(tx)),
+            carriers: AtomicUsize::new(0),
         }));
         (rx, !stream.held())
     }
@@ -154,42 +170,82 @@ impl Confirms {
     /// `request` has been in flight for the hedge delay: it no longer holds
     /// the stream, and its open waiters wait for the next request too
     /// (still answered by this one if it answers first).
-    pub(crate) fn slow(&self, request: &Request) {
+    pub(crate) fn slow(&self, number: u64) {
         let mut stream = lock(&self.stream);
-        if let Some(entry) = stream
-            .in_flight
-            .iter_mut()
-            .find(|(n, _, _)| *n == request.number)
-        {
-            entry.2 = false;
-        }
-        for waiter in &request.waiters {
-            if waiter.open() && !stream.waiting.iter().any(|w| Arc::ptr_eq(w, waiter)) {
-                stream.waiting.push(waiter.clone());
+        let Some(entry) = stream.in_flight.iter_mut().find(|f| f.number == number) else {
+            return;
+        };
+        entry.holds = false;
+        let waiters = entry.waiters.clone();
+        for waiter in waiters {
+            if waiter.open() && !stream.waiting.iter().any(|w| Arc::ptr_eq(w, &waiter)) {
+                stream.waiting.push(waiter);
             }
         }
     }
 
-    /// `request` ended with `answer`: its waiters take the answer; after a
-    /// failure they wait for the next request instead (each describe gives
-    /// up when its window has passed).
+    /// The request to `to` of a round: every open waiter but those of
+    /// `to`'s own answers. `None` when it would carry none.
+    pub(crate) fn request_to(&self, to: &Broker) -> Option<Request> {
+        let mut stream = lock(&self.stream);
+        stream.waiting.retain(|w| w.open());
+        if !stream.waiting.iter().any(|w| w.coordinator.id != to.id) {
+            return None;
+        }
+        Some(stream.send(to.clone()))
+    }
+
+    /// True while a waiter is not carried by any request.
+    pub(crate) fn has_waiting(&self) -> bool {
+        let mut stream = lock(&self.stream);
+        stream.waiting.retain(|w| w.open());
+        !stream.waiting.is_empty()
+    }
+
+    /// The coordinators of the waiters not carried by any request.
+    pub(crate) fn waiting_coordinators(&self) -> Vec<i32> {
+        lock(&self.stream)
+            .waiting
+            .iter()
+            .filter(|w| w.open())
+            .map(|w| w.coordinator.id)
+            .collect()
+    }
+
+    /// `request` ended with `answer`: its waiters take the answer. After a
+    /// failure, a waiter no other request carries or will carry gets it.
     pub(crate) fn done(&self, request: Request, answer: Result<Confirmation, KafkaError>) {
         let mut stream = lock(&self.stream);
-        stream.in_flight.retain(|(n, _, _)| *n != request.number);
-        match &answer {
-            Ok(confirmation) => {
-                for waiter in &request.waiters {
-                    waiter.answer(Ok(confirmation));
-                }
-            }
-            Err(_) => {
-                for waiter in request.waiters {
-                    if waiter.open() && !stream.waiting.iter().any(|w| Arc::ptr_eq(w, &waiter)) {
-                        stream.waiting.push(waiter);
+        stream.in_flight.retain(|f| f.number != request.number);
+        for waiter in &request.waiters {
+            let others = waiter.carriers.fetch_sub(1, Ordering::AcqRel) - 1;
+            match &answer {
+                Ok(confirmation) => waiter.answer(Ok(confirmation)),
+                Err(e) => {
+                    if others == 0 && !stream.waiting.iter().any(|w| Arc::ptr_eq(w, waiter)) {
+                        waiter.answer(Err(e));
                     }
                 }
             }
         }
+    }
+
+    /// Fails every waiter no request carries with `error`.
+    pub(crate) fn fail_waiting(&self, error: &KafkaError) {
+        let waiting = std::mem::take(&mut lock(&self.stream).waiting);
+        for waiter in waiting {
+            waiter.answer(Err(error));
+        }
+    }
+
+    /// Confirmations are FindCoordinator requests from now on.
+    pub(crate) fn use_find_coordinator(&self) {
+        self.by_find_coordinator.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether confirmations are FindCoordinator requests.
+    pub(crate) fn by_find_coordinator(&self) -> bool {
+        self.by_find_coordinator.load(Ordering::Relaxed)
     }
 
     /// The addresses of the brokers with a confirmation in flight.
@@ -197,7 +253,7 @@ impl Confirms {
         lock(&self.stream)
             .in_flight
             .iter()
-            .map(|(_, addr, _)| addr.clone())
+            .map(|f| f.addr.clone())
             .collect()
     }
 }
@@ -205,7 +261,7 @@ impl Confirms {
 impl Stream {
     /// A request sent less than the hedge delay ago holds the stream.
     fn held(&self) -> bool {
-        self.in_flight.iter().any(|(_, _, holds)| *holds)
+        self.in_flight.iter().any(|f| f.holds)
     }
 
     /// The request to `to`: every waiter but those of `to`'s own answers.
@@ -214,6 +270,9 @@ impl Stream {
             .into_iter()
             .partition(|w| w.coordinator.id != to.id);
         self.waiting = rest;
+        for waiter in &waiters {
+            waiter.carriers.fetch_add(1, Ordering::AcqRel);
+        }
         let mut seen = HashSet::new();
         let ids = waiters
             .iter()
@@ -223,7 +282,12 @@ impl Stream {
             .collect();
         self.sent += 1;
         let number = self.sent;
-        self.in_flight.push((number, to.addr.clone(), true));
+        self.in_flight.push(InFlight {
+            number,
+            addr: to.addr.clone(),
+            holds: true,
+            waiters: waiters.clone(),
+        });
         Request {
             number,
             to,
@@ -316,12 +380,11 @@ mod tests {
         );
         assert_eq!(second.ids, ids(&["b1", "a3"]));
         confirms.done(second, Err(KafkaError::Invalid("lost".into())));
-        assert!(b.try_recv().is_err(), "a failed request's waiters wait on");
-        let third = confirms.next_request(&brokers).unwrap();
-        assert_eq!(third.ids, ids(&["b1", "a3"]), "and go in the next one");
-        let reply = answer(&third);
-        confirms.done(third, reply);
-        assert!(b.try_recv().is_ok() && late.try_recv().is_ok());
+        assert!(
+            b.try_recv().unwrap().is_err(),
+            "a failed request fails its waiters"
+        );
+        assert!(late.try_recv().unwrap().is_err());
         assert!(confirms.next_request(&brokers).is_none(), "none waits");
     }
 
@@ -334,7 +397,7 @@ mod tests {
         assert_eq!(slow.to.id, 2);
         let (mut b, _) = confirms.wait(&broker(1), ids(&["b"]));
         assert!(confirms.next_request(&brokers).is_none());
-        confirms.slow(&slow);
+        confirms.slow(slow.number);
         assert_eq!(confirms.busy(), ["b:2"]);
         let hedge = confirms
             .next_request(&[broker(3), broker(2)])
@@ -348,6 +411,16 @@ mod tests {
         let reply = answer(&slow);
         confirms.done(slow, reply);
         assert!(confirms.busy().is_empty());
+
+        // A slow request that fails leaves its waiters to the one after it.
+        let (mut c, _) = confirms.wait(&broker(1), ids(&["c"]));
+        let slow = confirms.request_to(&broker(2)).unwrap();
+        confirms.slow(slow.number);
+        let next = confirms.request_to(&broker(3)).unwrap();
+        confirms.done(slow, Err(KafkaError::Invalid("lost".into())));
+        assert!(c.try_recv().is_err(), "still carried");
+        confirms.done(next, Err(KafkaError::Invalid("lost too".into())));
+        assert!(c.try_recv().unwrap().is_err());
     }
 
     #[tokio::test]

@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 pub(crate) use confirms::{Confirmation, Confirms, Request as ConfirmRequest};
 pub(crate) use coordinators::{Answer, Coordinators};
-pub(crate) use describes::{DescribeQueues, Reply as DescribeReply};
+pub(crate) use describes::{DescribeQueues, Reply as DescribeReply, Start};
 pub use describes::{Described, TransactionDescription};
 pub(crate) use nodes::NodeStates;
 pub(crate) use view::{Leader, Metadata, MetadataAnswer, Refresh};
