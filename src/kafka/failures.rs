@@ -295,18 +295,20 @@ async fn not_coordinator_looks_every_id_of_the_broker_up_again_in_one_batch() {
     );
 }
 
-/// True for a Metadata request of `__transaction_state`: a confirmation.
+/// True for a confirmation: a FindCoordinator (these tests look nothing
+/// up), or a Metadata request of `__transaction_state`.
 fn is_confirmation(header: &RequestHeader, body: &Bytes) -> bool {
-    header.request_api_key == ApiKey::Metadata as i16 && {
-        let asked: MetadataRequest = request(header.request_api_version, body.clone());
-        asked.topics.is_some_and(|topics| {
-            topics.iter().any(|t| {
-                t.name
-                    .as_ref()
-                    .is_some_and(|n| n.0.as_str() == "__transaction_state")
+    header.request_api_key == ApiKey::FindCoordinator as i16
+        || header.request_api_key == ApiKey::Metadata as i16 && {
+            let asked: MetadataRequest = request(header.request_api_version, body.clone());
+            asked.topics.is_some_and(|topics| {
+                topics.iter().any(|t| {
+                    t.name
+                        .as_ref()
+                        .is_some_and(|n| n.0.as_str() == "__transaction_state")
+                })
             })
-        })
-    }
+        }
 }
 
 /// Brokers 0, 1, … answering DescribeTransactions with `pairs[broker]`
@@ -404,13 +406,25 @@ async fn an_answer_another_broker_does_not_confirm_is_never_used() {
 
 #[tokio::test]
 async fn a_stale_answer_whose_confirmation_was_sent_before_the_check_arrived_is_never_believed() {
-    // Broker 1 coordinates "r" with the pair 7:1. A first check's
-    // confirmation (a Metadata request of `__transaction_state`) goes to
-    // broker 0 or 2, which names broker 1 and holds its answer 600 ms. Meanwhile broker 1 is deposed: broker 2 mints 7:2 and
-    // every broker names it; broker 1, paused and back, still answers 7:1.
-    // A second check arrives while the first confirmation, which carries
-    // "r" and names broker 1, is still in flight: it must wait for a
-    // confirmation sent after it arrived, which names broker 2.
+    // One id: the confirmations are FindCoordinator requests.
+    stale_answer_confirmed_before_the_check_arrived(&["r"]).await;
+}
+
+#[tokio::test]
+async fn a_stale_answer_is_never_believed_when_many_ids_are_confirmed_at_once() {
+    // Three ids: the confirmations are Metadata requests of
+    // `__transaction_state`.
+    stale_answer_confirmed_before_the_check_arrived(&["r", "s", "t"]).await;
+}
+
+/// Broker 1 coordinates `ids` with the pair 7:1. A first check's
+/// confirmation goes to broker 0 or 2, which names broker 1 and holds its
+/// answer 600 ms. Meanwhile broker 1 is deposed: broker 2 mints 7:2 and
+/// every broker names it; broker 1, paused and back, still answers 7:1. A
+/// second check arrives while the first confirmation, which carries the ids
+/// and names broker 1, is still in flight: it must wait for a confirmation
+/// sent after it arrived, which names broker 2.
+async fn stale_answer_confirmed_before_the_check_arrived(ids: &[&str]) {
     let named = Arc::new(AtomicUsize::new(1));
     let brokers = scripted_brokers(
         &[(7, 2), (7, 1), (7, 2)],
@@ -421,27 +435,42 @@ async fn a_stale_answer_whose_confirmation_was_sent_before_the_check_arrived_is_
     let mut config = ClientConfig::new([brokers[0].addr.as_str()]);
     // The held confirmation keeps the stream: no hedge around it.
     config.hedge_after = Duration::from_secs(5);
+    config.operation_timeout = Duration::from_secs(8);
     let client = KafkaClient::new(config).unwrap();
     client.refresh_metadata(&[]).await.unwrap();
     let deposed = Broker {
         id: 1,
         addr: brokers[1].addr.clone(),
     };
-    client.state().learn(Lesson::CoordinatorFound {
-        key: "r",
-        broker: &deposed,
-    });
-    let first = tokio::spawn({
-        let client = client.clone();
-        async move { client.describe_transaction("r").await }
-    });
+    for key in ids {
+        client.state().learn(Lesson::CoordinatorFound {
+            key,
+            broker: &deposed,
+        });
+    }
+    let ids: Vec<String> = ids.iter().map(|id| (*id).to_owned()).collect();
+    let check = |client: KafkaClient, ids: Vec<String>| async move {
+        let deadline = Instant::now() + Duration::from_secs(8);
+        let answers = client
+            .describe_transactions(&ids, &|_| None, deadline)
+            .await;
+        ids.iter()
+            .map(|id| {
+                let d = answers[id].as_ref().unwrap().as_ref().unwrap();
+                (d.producer_id, d.producer_epoch)
+            })
+            .collect::<Vec<_>>()
+    };
+    let first = tokio::spawn(check(client.clone(), ids.clone()));
     let confirmations = |b: usize| {
         brokers[b]
-            .requests(ApiKey::Metadata)
-            .into_iter()
-            .filter(|(version, body)| {
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(api, version, body)| {
                 let header = RequestHeader::default()
-                    .with_request_api_key(ApiKey::Metadata as i16)
+                    .with_request_api_key(*api as i16)
                     .with_request_api_version(*version);
                 is_confirmation(&header, body)
             })
@@ -454,17 +483,17 @@ async fn a_stale_answer_whose_confirmation_was_sent_before_the_check_arrived_is_
     }
     tokio::time::sleep(Duration::from_millis(20)).await;
     named.store(2, Ordering::SeqCst);
-    let second = client.describe_transaction("r").await.unwrap().unwrap();
-    let first = first.await.unwrap().unwrap().unwrap();
+    let second = check(client.clone(), ids.clone()).await;
+    let first = first.await.unwrap();
 
     assert_eq!(
-        (second.producer_id, second.producer_epoch),
-        (7, 2),
+        second,
+        vec![(7, 2); ids.len()],
         "the second check believed broker 1's old pair"
     );
     // The first check's confirmation was sent after it arrived, and named
     // broker 1 then: 7:1 was current within its request.
-    assert_eq!((first.producer_id, first.producer_epoch), (7, 1));
+    assert_eq!(first, vec![(7, 1); ids.len()]);
     assert_eq!(brokers[1].requests(ApiKey::DescribeTransactions).len(), 2);
     assert_eq!(brokers[2].requests(ApiKey::DescribeTransactions).len(), 1);
 }
