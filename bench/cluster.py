@@ -45,8 +45,8 @@ import http.client
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness import (BIN, CLUSTER_HEADING, CONCURRENCY, KAFKA, ROLES, ROOT, SECONDS, WARMUP,
-                     Service, check_paths, cpu_seconds, fmt, http_json, kafka, machine,
+from harness import (BIN, CLUSTER_HEADING, CONCURRENCY, KAFKA, ROLES, ROOT, SECONDS, TARGET,
+                     WARMUP, Service, check_paths, cpu_seconds, fmt, http_json, kafka, machine,
                      metric_sum, output, read_roles, run, say, versions, wrk, wrk_command,
                      wrk_env, wrk_result, write_doc)
 
@@ -55,8 +55,8 @@ SINGLE = "bench-cluster-single"
 BROKERS = 3
 TOPIC = "bench-coordination"
 BEFORE = os.environ.get("BENCH_BEFORE", "dfb26ea")
-RESULTS = ROOT / "target/bench-cluster-results.json"
-PRICE_RESULTS = ROOT / "target/bench-cluster-price.json"
+RESULTS = TARGET / "bench-cluster-results.json"
+PRICE_RESULTS = TARGET / "bench-cluster-price.json"
 BEFORE_DIR = Path(os.environ.get("KRABKA_BENCH_BEFORE_DIR",
                                  Path.home() / ".cache/krabka-authority/bench-before"))
 
@@ -133,7 +133,7 @@ def main(args):
             PRICE_RESULTS.write_text(json.dumps(results, indent=2))
             text, _, targets = render_price(results)
             print(text + "\n" + targets)
-            say("wrote", PRICE_RESULTS.relative_to(ROOT))
+            say("wrote", PRICE_RESULTS)
             return
         results["hang"] = hung_broker(bootstrap, roles, roles_file, after, work)
         results["storm"] = storm(bootstrap, roles, roles_file, after, paths, work)
@@ -173,7 +173,7 @@ def stop_instance(name):
 def mint(bootstrap, out):
     """ROLES roles held by real tokens, as bench/run mints them (the topic
     has 16 partitions and the cluster's replication: 3 on three brokers)."""
-    run(["target/release/examples/bench_mint", "--bootstrap", bootstrap,
+    run([str(TARGET / "release/examples/bench_mint"), "--bootstrap", bootstrap,
          "--topic", TOPIC, "--roles", str(ROLES), "--out", out])
     return out
 
@@ -730,7 +730,7 @@ def report(results):
         section += "\n" + notes.read_text()
     write_doc(cluster=section)
     print(section)
-    say("wrote docs/benchmarks.md (its cluster section) and", RESULTS.relative_to(ROOT))
+    say("wrote docs/benchmarks.md (its cluster section) and", RESULTS)
 
 
 def render_price(results):

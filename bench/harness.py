@@ -22,7 +22,9 @@ SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
 WARMUP = 2
 CONCURRENCY = [1, 64, 512]
 ROLES = int(os.environ.get("BENCH_ROLES", "1000"))
-BIN = ROOT / "target/release/krabka-authority"
+# cargo's target directory: CARGO_TARGET_DIR, as cargo reads it, else target/
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target").absolute()
+BIN = TARGET / "release/krabka-authority"
 KAFKA = ROOT / "scripts/kafka"
 DOC = ROOT / "docs/benchmarks.md"
 # docs/benchmarks.md: bench/run writes what comes before this heading,

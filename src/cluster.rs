@@ -36,9 +36,14 @@ pub enum ClusterError {
     /// operator must act.
     #[error("{0}")]
     Denied(String),
-    /// The request cannot work as made (a missing topic, bad settings).
+    /// The request cannot work as made (bad settings, a topic that is not
+    /// compacted).
     #[error("{0}")]
     Invalid(String),
+    /// The topic does not exist (yet): on a fresh cluster, until the first
+    /// candidate (or the service, when allowed) creates it.
+    #[error("{0}")]
+    NoTopic(String),
 }
 
 /// What tailing learned of one partition.
@@ -83,6 +88,17 @@ pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {
     /// The partition count of `topic`, from fresh metadata.
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<i32, ClusterError>>;
 
+    /// Creates `topic` compacted with `partitions` partitions and
+    /// `replication_factor` replicas (-1: the broker's default) when it is
+    /// missing; returns its partition count, which is the existing topic's
+    /// when another client created it first.
+    fn create_topic<'a>(
+        &'a self,
+        topic: &'a str,
+        partitions: i32,
+        replication_factor: i16,
+    ) -> BoxFuture<'a, Result<i32, ClusterError>>;
+
     /// Refuses a topic that is not compacted (retention would forget
     /// registrations and leases).
     fn check_compacted<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<(), ClusterError>>;
@@ -90,6 +106,14 @@ pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {
     /// Tails every partition of `topic` from `from[p]` with read_committed
     /// long polls of up to `long_poll`, until the receiver is dropped.
     fn tail(&self, topic: &str, from: Vec<i64>, long_poll: Duration) -> mpsc::Receiver<Tailed>;
+
+    /// Why the bootstrap brokers cannot be reached now: each one's last
+    /// failure while it waits out its reconnect backoff (the OS's reason:
+    /// refused, DNS, TLS, SASL). `None` when none failed lately. Readiness
+    /// shows it during start-up, before an operation gives up.
+    fn unreachable(&self) -> Option<String> {
+        None
+    }
 
     /// The cluster's id, once known: cached answers are tied to it.
     fn cluster_id(&self) -> Option<std::sync::Arc<str>>;

@@ -40,3 +40,9 @@ pub mod transport;
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// Compiles the Rust examples of docs/client.md (the leader-election client,
+/// the guard of a sink), so they cannot rot either.
+#[doc = include_str!("../docs/client.md")]
+#[cfg(doctest)]
+pub struct ClientDocDoctests;

@@ -172,7 +172,7 @@ fn run_async(command: Command) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(async move {
+    let outcome = runtime.block_on(async move {
         match command {
             Command::Demo(args) => {
                 cli::demo::run(args, shutdown_signal())
@@ -189,5 +189,12 @@ fn run_async(command: Command) -> anyhow::Result<ExitCode> {
             } => cli::roster(kafka, &role, challenge_stagger).await,
             Command::Partition { .. } | Command::Decode { .. } => Ok(ExitCode::SUCCESS),
         }
-    })
+    });
+    // Tasks still running (a Kafka connection, a DNS lookup on a blocking
+    // thread that takes seconds to give up) must not hold the exit back.
+    runtime.shutdown_timeout(EXIT_GRACE);
+    outcome
 }
+
+/// How long the exit waits for blocking work left behind.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(200);

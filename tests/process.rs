@@ -1,6 +1,9 @@
 //! The binary as an operator starts it, without Kafka (the fast tier):
 //! configuration refused with exit status 2 naming the flag, before any port
-//! is bound; SIGHUP not fatal; plain logs when they go to a file.
+//! is bound; the port bound before anything talks to Kafka (`/healthz` at
+//! once, `/readyz` saying why not ready, SIGTERM obeyed at once, a taken
+//! port refused at once with one cause); SIGHUP not fatal; plain logs when
+//! they go to a file.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::process::{Child, Command, Stdio};
@@ -25,7 +28,9 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Runs `serve` with `args`; returns the exit status and stderr.
+/// Runs `serve` with `args`; returns the exit status and stderr. The
+/// service logs "serving" (at info) as soon as its port is bound: a refusal
+/// must come before it.
 fn refused(args: &[&str]) -> (i32, String) {
     let port = free_port().to_string();
     let listen = format!("127.0.0.1:{port}");
@@ -38,12 +43,13 @@ fn refused(args: &[&str]) -> (i32, String) {
             &listen,
         ])
         .args(args)
+        .env("RUST_LOG", "info")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
-        std::net::TcpListener::bind(&listen).is_ok(),
-        "{args:?}: the port was bound"
+        !stderr.contains("serving"),
+        "{args:?}: the port was bound before the refusal: {stderr}"
     );
     (out.status.code().unwrap_or(-1), stderr)
 }
@@ -122,19 +128,169 @@ fn signal(child: &Child, name: &str) {
     assert!(status.success());
 }
 
-fn healthz(port: u16) -> bool {
+/// `GET path` on the port: the whole answer, `None` when nothing answers.
+fn get(port: u16, path: &str) -> Option<String> {
     use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let request = "GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n";
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
     let mut answer = String::new();
     let _ = stream.read_to_string(&mut answer);
-    answer.starts_with("HTTP/1.1 200")
+    Some(answer)
+}
+
+fn healthz(port: u16) -> bool {
+    get(port, "/healthz").is_some_and(|a| a.starts_with("HTTP/1.1 200"))
+}
+
+/// Waits for the child to exit, at most `limit`; its status, `None` if it
+/// was still running.
+fn exit_within(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if started.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A Kafka that never answers: the kernel accepts connections into the
+/// backlog of a listener nobody serves (as with a hung broker), so every
+/// request waits for its timeout.
+fn silent_kafka() -> (std::net::TcpListener, String) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    (listener, addr)
+}
+
+/// `serve` on `port` against `bootstrap`, with the chart's shutdown delay
+/// and long Kafka timeouts, so that waiting on Kafka would show.
+fn serve_against(bootstrap: &str, port: u16, log: &std::path::Path) -> Served {
+    Served(
+        bin()
+            .args(["serve", "--bootstrap-servers", bootstrap, "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .args([
+                "--kafka-request-timeout",
+                "30s",
+                "--kafka-operation-timeout",
+                "60s",
+                "--shutdown-delay",
+                "5s",
+            ])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Whatever Kafka does (refuses, never answers, has no address), the port
+/// is bound at once: `/healthz` answers 200 within a second of the start,
+/// `/readyz` answers 503 saying the service is starting and why (the OS's
+/// reason as soon as the client has it), and
+/// SIGTERM stops it within a second (a service that was never ready has
+/// nothing to drain and skips the shutdown delay).
+#[test]
+fn the_port_answers_at_once_and_sigterm_stops_at_once_whatever_kafka_does() {
+    let (_silent, silent) = silent_kafka();
+    for bootstrap in ["127.0.0.1:1", silent.as_str(), "no-such-host.invalid:9092"] {
+        let port = free_port();
+        let log = std::env::temp_dir().join(format!(
+            "krabka-process-start-{}-{port}.log",
+            std::process::id()
+        ));
+        let started = Instant::now();
+        let mut served = serve_against(bootstrap, port, &log);
+        while !healthz(port) {
+            assert!(
+                started.elapsed() < Duration::from_secs(1),
+                "{bootstrap}: /healthz did not answer 200 within 1 s: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let healthy_after = started.elapsed();
+        let ready = get(port, "/readyz").unwrap();
+        assert!(ready.starts_with("HTTP/1.1 503"), "{bootstrap}: {ready}");
+        assert!(
+            ready.contains(r#""reason":"starting: "#) && ready.contains(bootstrap),
+            "{bootstrap}: /readyz does not say it is starting, and for what: {ready}"
+        );
+        // The OS's reason shows as soon as the client has it, long before
+        // the Kafka operation (60 s here) gives up.
+        let cause = match bootstrap {
+            "127.0.0.1:1" => Some("Connection refused"),
+            b if b.starts_with("no-such-host") => Some("failed to lookup address"),
+            _ => None,
+        };
+        if let Some(cause) = cause {
+            let mut ready = String::new();
+            while !ready.contains(cause) {
+                assert!(
+                    started.elapsed() < Duration::from_secs(3),
+                    "{bootstrap}: /readyz does not say {cause:?} within 3 s: {ready}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+                ready = get(port, "/readyz").unwrap_or_default();
+            }
+            assert!(ready.contains("starting: cannot reach Kafka: "), "{ready}");
+        }
+        let stopping = Instant::now();
+        signal(&served.0, "TERM");
+        let status = exit_within(&mut served.0, Duration::from_secs(1));
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_file(&log);
+        let status = status
+            .unwrap_or_else(|| panic!("{bootstrap}: still running 1 s after SIGTERM: {text}"));
+        assert!(status.success(), "{bootstrap}: {status}: {text}");
+        eprintln!(
+            "{bootstrap}: /healthz 200 after {healthy_after:?}; SIGTERM to exit {:?}",
+            stopping.elapsed()
+        );
+    }
+}
+
+/// A port that is taken stops the service at once, with status 2 and one
+/// message that says the cause once.
+#[test]
+fn a_taken_port_exits_2_at_once_saying_why_once() {
+    let (_silent, silent) = silent_kafka();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let log = std::env::temp_dir().join(format!(
+        "krabka-process-taken-{}-{port}.log",
+        std::process::id()
+    ));
+    let started = Instant::now();
+    let mut served = serve_against(&silent, port, &log);
+    let status = exit_within(&mut served.0, Duration::from_secs(1));
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    let status = status.unwrap_or_else(|| panic!("still running after 1 s: {text}"));
+    assert_eq!(status.code(), Some(2), "{text}");
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors.len(), 1, "one message: {text}");
+    assert!(
+        errors[0].contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{text}"
+    );
+    assert_eq!(
+        errors[0].matches("Address already in use").count(),
+        1,
+        "the cause once: {text}"
+    );
+    eprintln!(
+        "taken port: exit 2 after {:?}: {}",
+        started.elapsed(),
+        errors[0]
+    );
 }
 
 #[test]

@@ -1,9 +1,10 @@
 """What kubeconform cannot see in the rendered chart (run by scripts/check-deploy).
 
-    chart_semantics.py README.md RENDERED.yaml...
+    chart_semantics.py docs/operations.md RENDERED.yaml...
 
 The CRDs' structure (ServiceMonitor, PrometheusRule), the drain/grace
-relation, every KRABKA_* variable of README's Configuration table set.
+relation, every KRABKA_* variable of the Configuration table (in
+docs/operations.md) set.
 Prints one summary line per file and each error; exits 1 on any error.
 Needs PyYAML.
 """
@@ -18,6 +19,20 @@ DUR = re.compile(r"^([0-9]+(ns|us|µs|ms|s|m|h))+$")
 UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
 def seconds(text):
     return sum(int(n) * UNIT[u] for n, u in re.findall(r"([0-9]+)(ns|us|µs|ms|s|m|h)", text))
+
+# The memory budget of a pod (docs/operations.md, Memory): the process
+# itself (about 20 MiB measured, counted generously) and requests in flight.
+BASE_MIB, IN_FLIGHT_MIB = 64, 64
+QUANTITY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "": 1}
+def mebibytes(quantity):
+    """A Kubernetes memory quantity in MiB (None when unset)."""
+    if quantity is None:
+        return None
+    m = re.fullmatch(r"([0-9.]+)(Ki|Mi|Gi|Ti|k|M|G|T|)", str(quantity))
+    if not m:
+        err("resources", f"cannot read the memory quantity {quantity!r}")
+        return None
+    return float(m.group(1)) * QUANTITY[m.group(2)] / 2**20
 
 # The Configuration section's table; the Security section's variables
 # depend on Secrets and are checked in the all-on render only.
@@ -61,6 +76,15 @@ for path in files:
         grace = pod.get("terminationGracePeriodSeconds", 30)
         if not DUR.match(drain) or not DUR.match(delay) or grace <= seconds(drain) + seconds(delay):
             err(path, f"terminationGracePeriodSeconds {grace} is not above the shutdown delay {delay!r} plus the drain timeout {drain!r}")
+        # Memory: the limit holds the process, every cache bound (a flood of
+        # distinct role names fills them all) and requests in flight
+        # (docs/operations.md, Memory).
+        limit = mebibytes(container.get("resources", {}).get("limits", {}).get("memory"))
+        caches = sum(int(env.get(k) or 0) for k in (
+            "KRABKA_SUPERSEDED_CACHE_BYTES", "KRABKA_HIGH_WATER_BYTES", "KRABKA_COORDINATOR_CACHE_BYTES")) / 2**20
+        if limit is not None and limit < BASE_MIB + caches + IN_FLIGHT_MIB:
+            err(path, f"memory limit {limit:.0f} MiB is under the process ({BASE_MIB} MiB) + the cache bounds "
+                      f"({caches:.0f} MiB) + requests in flight ({IN_FLIGHT_MIB} MiB)")
         for probe, want in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
             if container.get(probe, {}).get("httpGet", {}).get("path") != want:
                 err(path, f"{probe} is not GET {want}")

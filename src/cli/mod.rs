@@ -18,7 +18,7 @@ use krabka_authority::service::check::Checker;
 use krabka_authority::service::http::extract::{parse_token, validate_role};
 use krabka_authority::service::http::views::roster as roster_view;
 use krabka_authority::service::watch::RoleView;
-use krabka_authority::service::{self, AppState, ServiceConfig, SetupError};
+use krabka_authority::service::{self, AppState, ServeError, ServiceConfig, SetupError};
 use krabka_authority::time::{Clock, SystemClock};
 
 /// Exit status of a configuration refused before anything started.
@@ -64,17 +64,27 @@ pub(crate) async fn serve(
         }
         Err(e) => return Err(e).context("cannot set up the service"),
     };
-    // Credentials and TLS trust are checked before serving: a wrong password
-    // or an untrusted certificate stops here, clearly; an unreachable broker
-    // only delays readiness.
-    if let Err(e) = state.cluster.partitions(&state.config.kafka.topic).await
-        && let krabka_authority::cluster::ClusterError::Denied(why) = &e
-    {
-        eprintln!("error: cannot use Kafka: {why}");
-        return Ok(ExitCode::from(EXIT_CONFIG));
+    // The port first: nothing that talks to Kafka may delay it. Kafka is
+    // reached in the background; /healthz answers meanwhile and /readyz
+    // says why the service is not ready yet. A wrong password or an
+    // untrusted certificate still stops the service, with status 2, as soon
+    // as Kafka says so (`ServeError::Denied`).
+    let addr = state.config.http.listen;
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("error: cannot listen on {addr}: {e}");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+    };
+    match service::run(listener, state, shutdown).await {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(ServeError::Denied(why)) => {
+            eprintln!("error: cannot use Kafka: {why}");
+            Ok(ExitCode::from(EXIT_CONFIG))
+        }
+        Err(e) => Err(e).context("the service failed"),
     }
-    service::serve(state, shutdown).await?;
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `check ROLE TOKEN`: one check through the service's check path; exit 0

@@ -9,7 +9,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::client::KafkaClient;
+use super::config::Broker;
 use super::error::KafkaError;
+use super::topic::TopicSpec;
 use crate::cluster::{Cluster, ClusterError, Described, Floor, Tailed};
 
 impl From<KafkaError> for ClusterError {
@@ -20,12 +22,25 @@ impl From<KafkaError> for ClusterError {
             ClusterError::Unavailable(e.to_string())
         } else {
             match e {
+                // The one reason `partition_count` gives for a topic that
+                // Metadata does not know (UNKNOWN_TOPIC_OR_PARTITION, or no
+                // partitions); the fresh-install broker test holds it.
+                KafkaError::Topic { ref reason, .. } if reason == "does not exist" => {
+                    ClusterError::NoTopic(e.to_string())
+                }
                 KafkaError::Topic { .. } | KafkaError::Invalid(_) => {
                     ClusterError::Invalid(e.to_string())
                 }
                 other => ClusterError::Unavailable(other.to_string()),
             }
         }
+    }
+}
+
+/// The coordinator table's values: each holds its broker's address.
+impl crate::bounded::HeapSize for Broker {
+    fn heap_bytes(&self) -> u64 {
+        crate::bounded::allocated(self.addr.capacity())
     }
 }
 
@@ -58,6 +73,23 @@ impl Cluster for KafkaClient {
         async move { Ok(self.partition_count(topic).await?) }.boxed()
     }
 
+    fn create_topic<'a>(
+        &'a self,
+        topic: &'a str,
+        partitions: i32,
+        replication_factor: i16,
+    ) -> BoxFuture<'a, Result<i32, ClusterError>> {
+        async move {
+            let spec = TopicSpec {
+                partitions,
+                replication_factor,
+                configs: Vec::new(),
+            };
+            Ok(self.ensure_topic(topic, &spec).await?)
+        }
+        .boxed()
+    }
+
     fn check_compacted<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<(), ClusterError>> {
         async move { Ok(KafkaClient::check_compacted(self, topic).await?) }.boxed()
     }
@@ -68,6 +100,19 @@ impl Cluster for KafkaClient {
 
     fn cluster_id(&self) -> Option<std::sync::Arc<str>> {
         self.state().metadata().cluster_id()
+    }
+
+    fn unreachable(&self) -> Option<String> {
+        let failures: Vec<String> = self
+            .config()
+            .bootstrap
+            .iter()
+            .filter_map(|addr| {
+                let blocked = self.state().nodes().blocked(addr)?;
+                Some(format!("{addr}: {}", blocked.reason))
+            })
+            .collect();
+        (!failures.is_empty()).then(|| failures.join("; "))
     }
 
     fn remembered_bytes(&self) -> u64 {

@@ -103,19 +103,65 @@ pub struct CheckSettings {
     #[arg(long, env = "KRABKA_MAX_DESCRIBE_BATCH", default_value = "500", value_parser = RangedU64ValueParser::<usize>::new().range(1..=10_000))]
     pub max_describe_batch: usize,
 
-    /// Capacity of the cache of superseded (role, token) pairs (a pair with
-    /// a role name over 1 KiB counts once per KiB).
-    #[arg(long, env = "KRABKA_SUPERSEDED_CACHE_CAPACITY", default_value = "100000", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
-    pub superseded_cache_capacity: u64,
+    /// Most bytes the cache of superseded (role, token) pairs takes,
+    /// everything counted: the role name and state at their allocation
+    /// sizes plus the cache's own ~450 bytes per entry.
+    #[arg(long, env = "KRABKA_SUPERSEDED_CACHE_BYTES", default_value = "16777216", value_parser = clap::value_parser!(u64).range(1024..=1 << 36))]
+    pub superseded_cache_bytes: u64,
 
-    /// Most bytes of role names kept with their high-water marks (the
-    /// highest pair seen of each role).
-    #[arg(long, env = "KRABKA_HIGH_WATER_BYTES", default_value = "67108864", value_parser = clap::value_parser!(u64).range(1024..=1 << 36))]
+    /// Replaced by --superseded-cache-bytes (a count did not bound memory:
+    /// role names are up to 32 KiB). Refused with a message saying so.
+    #[arg(long, env = "KRABKA_SUPERSEDED_CACHE_CAPACITY", hide = true)]
+    pub superseded_cache_capacity: Option<u64>,
+
+    /// Most bytes the high-water marks (the highest pair seen of each role)
+    /// take, everything counted: names at their allocation sizes and the
+    /// hash table.
+    #[arg(long, env = "KRABKA_HIGH_WATER_BYTES", default_value = "16777216", value_parser = clap::value_parser!(u64).range(1024..=1 << 36))]
     pub high_water_bytes: u64,
 
-    /// Most bytes of role names whose transaction coordinator is remembered.
-    #[arg(long, env = "KRABKA_COORDINATOR_CACHE_BYTES", default_value = "67108864", value_parser = clap::value_parser!(u64).range(1024..=1 << 36))]
+    /// Most bytes the table of roles' transaction coordinators takes,
+    /// everything counted: names and broker addresses at their allocation
+    /// sizes and the hash table.
+    #[arg(long, env = "KRABKA_COORDINATOR_CACHE_BYTES", default_value = "16777216", value_parser = clap::value_parser!(u64).range(1024..=1 << 36))]
     pub coordinator_cache_bytes: u64,
+}
+
+/// Creating the coordination topic when it is missing (off by default: the
+/// service only reads, and the candidates' clients create the topic).
+#[derive(Args, Clone, Debug)]
+pub struct TopicCreation {
+    /// Create the coordination topic when it is missing, compacted, with
+    /// --topic-partitions and --topic-replication-factor (needs Create on
+    /// the topic or the cluster). Off: a missing topic means no role is
+    /// registered yet; the service is ready, checks work, views are empty.
+    #[arg(long, env = "KRABKA_CREATE_TOPIC", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub create_topic: bool,
+
+    /// The partition count of a topic the service creates. Every member and
+    /// service reads the count from the topic; it cannot change later.
+    #[arg(long, env = "KRABKA_TOPIC_PARTITIONS", default_value = "16", value_parser = clap::value_parser!(i32).range(1..=10_000))]
+    pub topic_partitions: i32,
+
+    /// The replication factor of a topic the service creates; -1 takes the
+    /// brokers' default.replication.factor.
+    #[arg(long, env = "KRABKA_TOPIC_REPLICATION_FACTOR", default_value = "-1", allow_negative_numbers = true, value_parser = replication_factor)]
+    pub topic_replication_factor: i16,
+}
+
+fn replication_factor(text: &str) -> Result<i16, String> {
+    match text.parse::<i16>() {
+        Ok(n) if n == -1 || n >= 1 => Ok(n),
+        _ => Err(format!(
+            "{text:?}: a replication factor is -1 (the brokers' default) or 1 to 32767"
+        )),
+    }
+}
+
+impl Default for TopicCreation {
+    fn default() -> Self {
+        defaults()
+    }
 }
 
 impl Default for CheckSettings {
@@ -217,6 +263,9 @@ pub struct ServiceConfig {
     /// API tokens.
     #[command(flatten)]
     pub auth: AuthSettings,
+    /// Creating the topic.
+    #[command(flatten)]
+    pub topic_creation: TopicCreation,
 }
 
 impl ServiceConfig {
@@ -237,6 +286,9 @@ impl ServiceConfig {
     /// files that must be readable. The message names the flag.
     pub fn validate(&self) -> Result<(), String> {
         self.kafka.client_config()?;
+        if self.check.superseded_cache_capacity.is_some() {
+            return Err("--superseded-cache-capacity (KRABKA_SUPERSEDED_CACHE_CAPACITY) was replaced by --superseded-cache-bytes (KRABKA_SUPERSEDED_CACHE_BYTES): a bound in bytes, everything counted".into());
+        }
         let auth = &self.auth;
         let protects = auth.protect_healthz || auth.protect_readyz || auth.public_metrics;
         if protects && auth.api_tokens_file.is_none() {

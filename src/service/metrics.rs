@@ -33,6 +33,15 @@ pub struct Metrics {
     pub high_water_entries: IntGauge,
     /// Bytes of role names whose coordinator the client remembers.
     pub coordinator_cache_bytes: IntGauge,
+    /// Bytes the superseded cache is accounted at (bounded by
+    /// --superseded-cache-bytes).
+    pub superseded_cache_bytes: IntGauge,
+    /// Bytes the high-water marks are accounted at (bounded by
+    /// --high-water-bytes).
+    pub high_water_bytes: IntGauge,
+    /// 1 while the coordination topic exists (or is not looked for yet), 0
+    /// while Kafka says it does not.
+    pub topic_exists: IntGauge,
     /// Coordinator answers not used, by reason.
     pub stale_answers: IntCounterVec,
     /// Changes of the cluster id behind the bootstrap servers.
@@ -110,6 +119,19 @@ impl Metrics {
             "krabka_coordinator_cache_bytes",
             "Bytes of role names whose transaction coordinator is remembered, bounded by --coordinator-cache-bytes.",
         )?;
+        let superseded_cache_bytes = IntGauge::new(
+            "krabka_superseded_cache_bytes",
+            "Bytes the superseded cache holds, as accounted against --superseded-cache-bytes (names, values and per-entry overhead).",
+        )?;
+        let high_water_bytes = IntGauge::new(
+            "krabka_high_water_bytes",
+            "Bytes the high-water marks hold, as accounted against --high-water-bytes (names, values and per-entry overhead).",
+        )?;
+        let topic_exists = IntGauge::new(
+            "krabka_state_topic_exists",
+            "0 while Kafka says the coordination topic does not exist (a fresh cluster: no role registered yet), else 1.",
+        )?;
+        topic_exists.set(1);
         let stale_answers = IntCounterVec::new(
             Opts::new(
                 "krabka_stale_answers_total",
@@ -146,6 +168,9 @@ impl Metrics {
             Box::new(superseded_cache_entries.clone()),
             Box::new(high_water_entries.clone()),
             Box::new(coordinator_cache_bytes.clone()),
+            Box::new(superseded_cache_bytes.clone()),
+            Box::new(high_water_bytes.clone()),
+            Box::new(topic_exists.clone()),
             Box::new(stale_answers.clone()),
             Box::new(cluster_changes.clone()),
             Box::new(coordinator_lookups.clone()),
@@ -181,6 +206,9 @@ impl Metrics {
             superseded_cache_entries,
             high_water_entries,
             coordinator_cache_bytes,
+            superseded_cache_bytes,
+            high_water_bytes,
+            topic_exists,
             stale_answers,
             cluster_changes,
             coordinator_lookups,

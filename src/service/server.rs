@@ -26,7 +26,7 @@ use super::state::AppState;
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// The listen address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
         addr: std::net::SocketAddr,
@@ -34,8 +34,12 @@ pub enum ServeError {
         source: std::io::Error,
     },
     /// The server failed while running.
-    #[error("the HTTP server failed: {0}")]
-    Serve(std::io::Error),
+    #[error("the HTTP server failed")]
+    Serve(#[source] std::io::Error),
+    /// Kafka refused the service's credentials or permissions before it
+    /// was ever ready; it stopped, after serving `/healthz` meanwhile.
+    #[error("Kafka refused the service: {0}")]
+    Denied(String),
 }
 
 /// How often readiness is probed.
@@ -56,6 +60,13 @@ pub async fn serve(
 /// Serves on a bound listener until `shutdown` flips. Then `/readyz` turns
 /// 503 at once; after the shutdown delay the listener closes, event streams
 /// end, and requests in flight get up to the drain timeout.
+///
+/// Everything that talks to Kafka starts here, in the background, after the
+/// listener is bound: `/healthz` answers whatever Kafka does, and `/readyz`
+/// says why the service is not ready yet. A service that was never ready
+/// skips the shutdown delay (no load balancer sends it anything). When
+/// Kafka refuses the service's credentials before it was ever ready, it
+/// stops the same way and returns [`ServeError::Denied`].
 pub async fn run(
     listener: TcpListener,
     state: Arc<AppState>,
@@ -64,7 +75,8 @@ pub async fn run(
     let local = listener.local_addr().map_err(ServeError::Serve)?;
     tracing::info!(addr = %local, topic = %state.config.kafka.topic, "serving");
     let watcher = tokio::spawn(state.watcher.clone().run());
-    let prober = tokio::spawn(state.clone().probe_forever(PROBE_INTERVAL));
+    let mut prober = tokio::spawn(state.clone().probe_forever(PROBE_INTERVAL));
+    let stop_prober = prober.abort_handle();
 
     let config = &state.config.http;
     let app = router(state.clone());
@@ -76,17 +88,34 @@ pub async fn run(
         .keep_alive(true);
 
     let stop = async {
-        let _ = shutdown.wait_for(|s| *s).await;
+        let probed = tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => None,
+            probed = &mut prober => Some(probed),
+        };
+        let denied = match probed {
+            None => None,
+            Some(Ok(why)) => Some(why),
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "the readiness prober failed; serving until shutdown");
+                let _ = shutdown.wait_for(|s| *s).await;
+                None
+            }
+        };
         state.shutting_down.store(true, Ordering::Relaxed);
-        if !config.shutdown_delay.is_zero() {
+        if let Some(why) = &denied {
+            tracing::error!(reason = %why, "Kafka refuses the service's credentials or permissions; stopping");
+        } else if !state.readiness.was_ready() {
+            tracing::info!("shutting down before the service was ever ready: no shutdown delay");
+        } else if !config.shutdown_delay.is_zero() {
             tracing::info!(delay = ?config.shutdown_delay, "shutting down: not ready; still serving for the shutdown delay");
             tokio::time::sleep(config.shutdown_delay).await;
         }
+        denied
     };
     tokio::pin!(stop);
-    loop {
+    let denied = loop {
         let (stream, peer) = tokio::select! {
-            () = &mut stop => break,
+            denied = &mut stop => break denied,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
@@ -121,7 +150,7 @@ pub async fn run(
             }
             drop(permit);
         });
-    }
+    };
     drop(listener);
     tracing::info!("shutting down: no new connections; draining requests in flight");
     state.closing.send_replace(true);
@@ -131,7 +160,10 @@ pub async fn run(
             tracing::warn!(drain = ?config.drain_timeout, "drain timeout passed; closing the remaining connections");
         }
     }
-    prober.abort();
+    stop_prober.abort();
     watcher.abort();
-    Ok(())
+    match denied {
+        Some(why) => Err(ServeError::Denied(why)),
+        None => Ok(()),
+    }
 }

@@ -1,6 +1,6 @@
 //! The one shared state of the service.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -8,27 +8,56 @@ use super::check::Checker;
 use super::config::ServiceConfig;
 use super::http::auth::ApiTokens;
 use super::metrics::Metrics;
-use super::watch::{TrackerConfig, WatchConfig, Watcher};
-use crate::cluster::Cluster;
+use super::watch::{TopicLayout, TrackerConfig, WatchConfig, Watcher};
+use crate::cluster::{Cluster, ClusterError};
 use crate::kafka::{ClientConfig, KafkaClient, KafkaError};
 use crate::sync::lock;
 use crate::time::{Clock, SystemClock};
 
+/// How often a probe waiting for Kafka's answer during start-up looks for
+/// the client's reason why Kafka cannot be reached.
+const UNREACHABLE_EVERY: Duration = Duration::from_millis(200);
+
 /// Whether the service can answer, and why not.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Readiness {
     not_ready: Mutex<Option<String>>,
+    /// True once the service was ready: until then every reason reads
+    /// "starting: ...", and a refusal of its credentials stops it.
+    was_ready: AtomicBool,
 }
 
 impl Readiness {
+    /// Not ready: starting, for `why`.
+    pub fn starting(why: impl Into<String>) -> Readiness {
+        Readiness {
+            not_ready: Mutex::new(Some(format!("starting: {}", why.into()))),
+            was_ready: AtomicBool::new(false),
+        }
+    }
+
     /// `None` when ready; otherwise the reason.
     pub fn reason(&self) -> Option<String> {
         lock(&self.not_ready).clone()
     }
 
+    /// Whether the service was ever ready.
+    pub fn was_ready(&self) -> bool {
+        self.was_ready.load(Ordering::Relaxed)
+    }
+
     /// Records the latest readiness probe.
     pub fn set(&self, reason: Option<String>) {
+        let reason = match reason {
+            Some(why) if !self.was_ready() && !why.starts_with("starting: ") => {
+                Some(format!("starting: {why}"))
+            }
+            other => other,
+        };
         let mut current = lock(&self.not_ready);
+        if reason.is_none() {
+            self.was_ready.store(true, Ordering::Relaxed);
+        }
         if *current != reason {
             match &reason {
                 None => tracing::info!("ready"),
@@ -119,7 +148,7 @@ impl AppState {
         let checker = Arc::new(Checker::new(
             cluster.clone(),
             clock.clone(),
-            config.check.superseded_cache_capacity,
+            config.check.superseded_cache_bytes,
             config.check.high_water_bytes,
         ));
         let watch = &config.watch;
@@ -138,20 +167,25 @@ impl AppState {
                     history: watch.event_history,
                 },
                 max_role_series: watch.max_role_series,
+                create_topic: config.topic_creation.create_topic.then_some(TopicLayout {
+                    partitions: config.topic_creation.topic_partitions,
+                    replication_factor: config.topic_creation.topic_replication_factor,
+                }),
             },
             clock.clone(),
             metrics.clone(),
         )?;
         Ok(Arc::new(AppState {
+            readiness: Readiness::starting(format!(
+                "waiting for Kafka's first answer (bootstrap {})",
+                config.kafka.bootstrap_servers.join(",")
+            )),
             config,
             cluster,
             checker,
             watcher: Arc::new(watcher),
             metrics,
             clock,
-            readiness: Readiness {
-                not_ready: Mutex::new(Some("starting".into())),
-            },
             closing: tokio::sync::watch::Sender::new(false),
             shutting_down: AtomicBool::new(false),
             api_tokens,
@@ -175,28 +209,66 @@ impl AppState {
         self.metrics
             .coordinator_cache_bytes
             .set(i64::try_from(self.cluster.remembered_bytes()).unwrap_or(i64::MAX));
+        let (superseded, high_water) = self.checker.caches().bytes();
+        self.metrics
+            .superseded_cache_bytes
+            .set(i64::try_from(superseded).unwrap_or(i64::MAX));
+        self.metrics
+            .high_water_bytes
+            .set(i64::try_from(high_water).unwrap_or(i64::MAX));
     }
 
-    /// One readiness probe: the cluster answers metadata for the topic, the
-    /// topic is there with the partitions the watcher reads, and the watcher
-    /// has caught up on every partition.
-    pub async fn probe(&self) {
+    /// One readiness probe: the cluster answers metadata for the topic (a
+    /// topic that does not exist yet is fine: no role is registered), the
+    /// topic has the partitions the watcher reads, and the watcher has
+    /// caught up on every partition. Returns the cluster's refusal of the
+    /// service's credentials or permissions, if that is why not.
+    pub async fn probe(&self) -> Option<String> {
         let topic = &self.config.kafka.topic;
-        let reason = match self.cluster.partitions(topic).await {
-            Err(e) => Some(format!("Kafka: {e}")),
-            Ok(count) if self.watcher.partitions().is_some_and(|p| p != count) => Some(format!(
-                "the topic now has {count} partitions, not {}; restart the service",
-                self.watcher.partitions().unwrap_or_default()
-            )),
-            Ok(_) => self.watcher.not_ready(),
+        // Until the service was ready once, an answer may take the whole
+        // operation timeout; meanwhile readiness says why Kafka cannot be
+        // reached as soon as the client knows.
+        let answer = self.cluster.partitions(topic);
+        tokio::pin!(answer);
+        let answered = loop {
+            tokio::select! {
+                answered = &mut answer => break answered,
+                () = tokio::time::sleep(UNREACHABLE_EVERY), if !self.readiness.was_ready() => {
+                    if let Some(why) = self.cluster.unreachable() {
+                        self.readiness.set(Some(format!("cannot reach Kafka: {why}")));
+                    }
+                }
+            }
+        };
+        let (reason, denied) = match answered {
+            Err(ClusterError::Denied(why)) => (Some(format!("Kafka: {why}")), Some(why)),
+            Err(ClusterError::NoTopic(_)) => (self.watcher.not_ready(), None),
+            Err(e) => (Some(format!("Kafka: {e}")), None),
+            Ok(count) if self.watcher.partitions().is_some_and(|p| p != count) => (
+                Some(format!(
+                    "the topic now has {count} partitions, not {}; restart the service",
+                    self.watcher.partitions().unwrap_or_default()
+                )),
+                None,
+            ),
+            Ok(_) => (self.watcher.not_ready(), None),
         };
         self.readiness.set(reason);
+        denied
     }
 
-    /// Probes readiness every `every` until the process ends.
-    pub async fn probe_forever(self: Arc<Self>, every: Duration) {
+    /// Probes readiness every `every`. Returns only when the cluster
+    /// refuses the service's credentials or permissions before it was ever
+    /// ready (a wrong password, a missing ACL: an operator must act, and
+    /// the process should say so and stop); later refusals only make it
+    /// not ready.
+    pub async fn probe_forever(self: Arc<Self>, every: Duration) -> String {
         loop {
-            self.probe().await;
+            if let Some(why) = self.probe().await
+                && !self.readiness.was_ready()
+            {
+                return why;
+            }
             tokio::time::sleep(every).await;
         }
     }

@@ -34,6 +34,10 @@ const EXHAUSTED_EPOCH: i16 = 32766;
 #[derive(Debug, Default)]
 struct ClusterState {
     partitions: i32,
+    /// False on a fresh cluster until the topic is created: by the service
+    /// ([`Cluster::create_topic`]) or by a member's first write, as a
+    /// candidate connecting with a topic spec would.
+    topic_exists: bool,
     logs: HashMap<i32, Vec<LogRecord>>,
     current: HashMap<String, FencingToken>,
     /// The coordinator's transaction state per role.
@@ -42,6 +46,9 @@ struct ClusterState {
     stale: HashMap<String, Option<FencingToken>>,
     next_producer_id: i64,
     unavailable: Option<String>,
+    /// Calls hang and the cluster reports this reason (an unreachable
+    /// bootstrap address).
+    unreachable: Option<String>,
     max_transaction_timeout: Duration,
     cluster_id: String,
 }
@@ -60,6 +67,7 @@ impl MemoryCluster {
         MemoryCluster {
             state: Arc::new(Mutex::new(ClusterState {
                 partitions,
+                topic_exists: true,
                 next_producer_id: 1000,
                 max_transaction_timeout: Duration::from_secs(900),
                 cluster_id: "memory-cluster".into(),
@@ -67,6 +75,19 @@ impl MemoryCluster {
             })),
             appended: watch::Sender::new(0),
         }
+    }
+
+    /// A fresh cluster: no coordination topic until the service creates it
+    /// or a member writes (then with `partitions` partitions).
+    pub fn without_topic(partitions: i32) -> MemoryCluster {
+        let cluster = MemoryCluster::new(partitions);
+        cluster.lock().topic_exists = false;
+        cluster
+    }
+
+    /// Whether the coordination topic exists.
+    pub fn topic_exists(&self) -> bool {
+        self.lock().topic_exists
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ClusterState> {
@@ -96,6 +117,13 @@ impl MemoryCluster {
     /// Makes every call fail with `reason` until set back to `None`.
     pub fn set_unavailable(&self, reason: Option<&str>) {
         self.lock().unavailable = reason.map(str::to_owned);
+    }
+
+    /// Makes `partitions` hang and [`Cluster::unreachable`] say `reason`
+    /// until set back to `None`, as a client retrying an unreachable
+    /// bootstrap address does.
+    pub fn set_unreachable(&self, reason: Option<&str>) {
+        self.lock().unreachable = reason.map(str::to_owned);
     }
 
     /// Sets the cluster's `transaction.max.timeout.ms`.
@@ -206,13 +234,39 @@ impl Cluster for MemoryCluster {
         .boxed()
     }
 
-    fn partitions<'a>(&'a self, _topic: &'a str) -> BoxFuture<'a, Result<i32, ClusterError>> {
+    fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<i32, ClusterError>> {
         async move {
+            while self.lock().unreachable.is_some() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
             let state = self.lock();
             match &state.unavailable {
                 Some(reason) => Err(ClusterError::Unavailable(reason.clone())),
+                None if !state.topic_exists => Err(ClusterError::NoTopic(format!(
+                    "topic {topic}: does not exist"
+                ))),
                 None => Ok(state.partitions),
             }
+        }
+        .boxed()
+    }
+
+    fn create_topic<'a>(
+        &'a self,
+        _topic: &'a str,
+        partitions: i32,
+        _replication_factor: i16,
+    ) -> BoxFuture<'a, Result<i32, ClusterError>> {
+        async move {
+            let mut state = self.lock();
+            if let Some(reason) = &state.unavailable {
+                return Err(ClusterError::Unavailable(reason.clone()));
+            }
+            if !state.topic_exists {
+                state.topic_exists = true;
+                state.partitions = partitions;
+            }
+            Ok(state.partitions)
         }
         .boxed()
     }
@@ -268,6 +322,10 @@ impl Cluster for MemoryCluster {
         rx
     }
 
+    fn unreachable(&self) -> Option<String> {
+        self.lock().unreachable.clone()
+    }
+
     fn cluster_id(&self) -> Option<Arc<str>> {
         Some(self.lock().cluster_id.as_str().into())
     }
@@ -295,6 +353,7 @@ impl ClusterState {
         if key.kind == crate::coordination::KeyKind::Lease {
             self.txn_states.insert(role.to_owned(), "CompleteCommit");
         }
+        self.topic_exists = true;
         let partition = role_partition(role, self.partitions)?;
         let log = self.logs.entry(partition).or_default();
         let offset = log.len() as i64;

@@ -1,6 +1,5 @@
 //! The operator subcommands, run as the built binary.
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,15 +7,13 @@ use krabka_authority::leadership::acquire;
 use krabka_authority::transport::Coordinator;
 use serde_json::Value;
 
-use crate::common::{bootstrap, eventually, topic, transport, unique};
-use crate::leadership::fast_options;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_krabka-authority"))
-}
+use crate::support::broker::{bootstrap, topic, transport};
+use crate::support::leadership::fast_options;
+use crate::support::process::binary;
+use crate::support::{eventually, unique};
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = bin().args(args).output().expect("the binary runs");
+    let out = binary().args(args).output().expect("the binary runs");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -19,8 +19,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::common::{self, OwnBroker, eventually, kafka_script, unique};
-use crate::service::{Service, config, get, start};
+use crate::support::broker::{OwnBroker, config_for, kafka_script, topic_on};
+use crate::support::service::{Config, Service, config, get, start};
+use crate::support::{eventually, unique};
 
 /// What the proxy does to the traffic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,7 +186,7 @@ pub async fn rig(prefix: &str) -> Rig {
     );
     let direct = kafka_script(&["address", "--name", &broker.name, "--listener", "DIRECT"]);
     let proxy = FaultProxy::start(reserved, broker.addr.clone());
-    let topic = common::topic_on(&direct, "faults", 2).await;
+    let topic = topic_on(&direct, "faults", 2).await;
     Rig {
         broker,
         proxy,
@@ -196,7 +197,7 @@ pub async fn rig(prefix: &str) -> Rig {
 
 async fn minter(direct: &str, topic: &str) -> KafkaTransport {
     KafkaTransport::connect(
-        KafkaClient::new(common::config_for(direct)).unwrap(),
+        KafkaClient::new(config_for(direct)).unwrap(),
         TransportConfig {
             topic: topic.to_owned(),
             partitions: None,
@@ -209,7 +210,7 @@ async fn minter(direct: &str, topic: &str) -> KafkaTransport {
 
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
-fn fault_config(bootstrap: &str, topic: &str) -> crate::service::Config {
+fn fault_config(bootstrap: &str, topic: &str) -> Config {
     let mut c = config(bootstrap, topic);
     c.http.request_timeout = CHECK_TIMEOUT;
     c.client.request_timeout = Duration::from_millis(800);
@@ -342,7 +343,7 @@ async fn network_faults_answer_503_and_heal_within_5s() {
 async fn a_broker_crash_under_load_fails_closed_and_the_watcher_loses_no_record() {
     let broker = OwnBroker::start("crash", &[]);
     let topic = unique("crash");
-    let kafka = KafkaClient::new(common::config_for(&broker.addr)).unwrap();
+    let kafka = KafkaClient::new(config_for(&broker.addr)).unwrap();
     kafka
         .ensure_topic(
             &topic,

@@ -1,83 +1,15 @@
 //! The guarded sink of `examples/guarded_sink.rs` against the real broker
 //! and a real `serve` process: after a failover the deposed member's writes
-//! are refused and the new holder's accepted, with exact counts. Also the
-//! contract seen from another language (`python_client`).
+//! are refused and the new holder's accepted, with exact counts.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-use crate::common::{bootstrap, topic, unique};
+use crate::support::broker::{bootstrap, topic};
+use crate::support::process::Served;
+use crate::support::unique;
 
 /// The example itself, so the test runs exactly its logic.
 #[path = "../../examples/guarded_sink.rs"]
 #[allow(dead_code)]
 mod example;
-mod python_client;
-
-/// A `serve` process on a free port, killed when dropped (even by a panic).
-pub struct Served {
-    child: Child,
-    pub url: String,
-    log: PathBuf,
-}
-
-impl Served {
-    /// Starts `serve` on `topic` and waits until `/readyz` says ready.
-    pub async fn start(topic: &str) -> Served {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(unique("serve") + ".log");
-        let child = Command::new(env!("CARGO_BIN_EXE_krabka-authority"))
-            .args([
-                "serve",
-                "--bootstrap-servers",
-                &bootstrap(),
-                "--topic",
-                topic,
-            ])
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--request-timeout", "3s", "--kafka-operation-timeout", "2s"])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("the binary runs");
-        let served = Served {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            log,
-        };
-        let started = Instant::now();
-        loop {
-            if let Ok(r) = reqwest::get(format!("{}/readyz", served.url)).await
-                && r.status() == 200
-            {
-                return served;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "serve was not ready within 30 s; its log:\n{}",
-                served.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
-    }
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deposed_writer_is_refused_and_the_new_holder_accepted() {

@@ -8,8 +8,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::common::{bootstrap, topic};
-use crate::service::{config, start};
+use crate::support::broker::{bootstrap, topic};
+use crate::support::service::{config, start};
 
 fn host(url: &str) -> &str {
     url.trim_start_matches("http://")

@@ -14,7 +14,8 @@ use krabka_authority::transport::{
 };
 use tokio::time::Instant;
 
-use crate::common::{self, OwnBroker, client, eventually, role_in, topic, transport, unique};
+use crate::support::broker::{OwnBroker, client, config_for, role_in, topic, transport};
+use crate::support::{eventually, unique};
 
 const LEASE: Duration = Duration::from_secs(10);
 
@@ -120,7 +121,7 @@ async fn racing_acquires_leave_exactly_one_current_token() {
 #[tokio::test]
 async fn a_kafka_4_cluster_runs_transaction_version_2() {
     let version = std::env::var("KRABKA_KAFKA_VERSION").unwrap_or_else(|_| "4.1.1".into());
-    let tv = crate::common::client()
+    let tv = client()
         .finalized_feature("transaction.version")
         .await
         .unwrap();
@@ -408,7 +409,7 @@ async fn a_topic_that_is_not_compacted_or_has_another_partition_count_is_refused
 #[tokio::test]
 async fn with_the_broker_stopped_every_operation_fails_within_its_timeout() {
     let broker = OwnBroker::start("stopped", &[]);
-    let mut config = common::config_for(&broker.addr);
+    let mut config = config_for(&broker.addr);
     config.request_timeout = Duration::from_secs(1);
     config.operation_timeout = Duration::from_secs(3);
     config.connect_timeout = Duration::from_secs(1);

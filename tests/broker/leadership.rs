@@ -6,28 +6,12 @@ use std::time::Duration;
 
 use krabka_authority::coordination::RoleState;
 use krabka_authority::kafka::KafkaTransport;
-use krabka_authority::leadership::{
-    Leadership, LeadershipError, Options, acquire, describe_leadership, describe_role_state,
-};
-use tokio::task::JoinHandle;
+use krabka_authority::leadership::{Leadership, acquire, describe_leadership, describe_role_state};
 use tokio::time::Instant;
 
-use crate::common::{eventually, topic, transport, unique};
-
-pub fn fast_options() -> Options {
-    Options::default()
-        .with_lease_duration(Duration::from_secs(2))
-        .with_renew_interval(Duration::from_millis(500))
-        .with_challenge_stagger(Duration::from_millis(500))
-}
-
-pub type Pending = JoinHandle<Result<Leadership<KafkaTransport>, LeadershipError>>;
-
-pub async fn candidate(topic: &str, role: &str, member: &str) -> Pending {
-    let t = Arc::new(transport(topic).await);
-    let (role, member) = (role.to_owned(), member.to_owned());
-    tokio::spawn(async move { acquire(t, &role, &member, fast_options()).await })
-}
+use crate::support::broker::{topic, transport};
+use crate::support::leadership::{Pending, candidate, fast_options};
+use crate::support::{eventually, unique};
 
 async fn roster(topic: &str, role: &str) -> RoleState {
     describe_role_state(&transport(topic).await, role)

@@ -10,9 +10,10 @@
 )]
 
 mod cli;
+mod clients;
 mod cluster;
-mod common;
 mod faults;
+mod fresh_install;
 mod guarded_sink;
 mod http_limits;
 mod kafka_transport;
@@ -23,4 +24,5 @@ mod service;
 mod soak;
 mod split_brain;
 mod status_page;
+mod support;
 mod watcher;

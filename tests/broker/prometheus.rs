@@ -18,7 +18,7 @@
 //! evaluations run every second instead of the chart's 30 s.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -27,7 +27,9 @@ use serde_json::Value;
 use tokio::time::Instant;
 use yaml_rust2::{Yaml, YamlLoader};
 
-use crate::common::{bootstrap, repo, topic, unique};
+use crate::support::broker::{bootstrap, topic};
+use crate::support::process::{Process, binary, free_port};
+use crate::support::{repo, unique};
 
 /// The `for:` of every rule in the test's copy of the rules.
 const FOR: &str = "5s";
@@ -38,16 +40,6 @@ const INTERVAL: &str = "1s";
 const RATE_INTERVAL: &str = "1m";
 /// How long the churn alert may take to fire.
 const FIRING_WITHIN: Duration = Duration::from_secs(90);
-
-/// A child process killed (and reaped) when the test ends, even by a panic.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The test's working directory; kept when the test fails, for its logs.
 struct WorkDir(PathBuf);
@@ -80,14 +72,6 @@ fn require_prometheus() -> String {
              promtool; .ci/run installs it)"
         ),
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The alert rules of the chart with every `for:` shortened to [`FOR`];
@@ -211,10 +195,10 @@ fn finite_values(result: &[Value]) -> usize {
 }
 
 /// Starts `serve` on `port`, logging to `dir`.
-fn serve(dir: &Path, name: &str, topic: &str, port: u16) -> Proc {
+fn serve(dir: &Path, name: &str, topic: &str, port: u16) -> Process {
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    Proc(
-        Command::new(env!("CARGO_BIN_EXE_krabka-authority"))
+    Process(
+        binary()
             .args([
                 "serve",
                 "--bootstrap-servers",
@@ -234,10 +218,10 @@ fn serve(dir: &Path, name: &str, topic: &str, port: u16) -> Proc {
 }
 
 /// Starts `demo` for `role` on `topic`, logging to `dir`.
-fn demo(dir: &Path, name: &str, topic: &str, role: &str, extra: &[&str]) -> Proc {
+fn demo(dir: &Path, name: &str, topic: &str, role: &str, extra: &[&str]) -> Process {
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    Proc(
-        Command::new(env!("CARGO_BIN_EXE_krabka-authority"))
+    Process(
+        binary()
             .args([
                 "demo",
                 "--bootstrap-servers",
@@ -361,7 +345,7 @@ async fn prometheus_fires_the_churn_alert_once_across_two_replicas_and_serves_th
     );
     std::fs::write(dir.0.join("prometheus.yml"), config).unwrap();
     let log = std::fs::File::create(dir.0.join("prometheus.log")).unwrap();
-    let _prometheus = Proc(
+    let _prometheus = Process(
         Command::new("prometheus")
             .arg(format!(
                 "--config.file={}",
@@ -456,7 +440,7 @@ async fn prometheus_fires_the_churn_alert_once_across_two_replicas_and_serves_th
 
     // Replica b starts 3 s into the churn and restarts 12 s into it; the
     // churn alert must fire and the quiet role must stay silent throughout.
-    let mut b: Option<Proc> = None;
+    let mut b: Option<Process> = None;
     let mut b_restarted = false;
     let firing = loop {
         let churning = churn_started.elapsed();

@@ -13,9 +13,13 @@ use krabka_authority::kafka::{
 use krabka_authority::leadership::acquire;
 use krabka_authority::service::ServiceConfig;
 
-use crate::common::{self, OwnBroker, eventually, kafka_script, unique};
-use crate::leadership::fast_options;
-use crate::service::{get, start};
+use crate::support::broker::{
+    OwnBroker, bootstrap, config_for, kafka_script, topic, topic_on, transport,
+};
+use crate::support::leadership::fast_options;
+use crate::support::process::{Process, binary, free_port};
+use crate::support::service::{self, get, start};
+use crate::support::{eventually, unique};
 
 /// A bearer token for the API tests.
 const API_TOKEN: &str = "api-token-9f3c1e";
@@ -154,7 +158,7 @@ pub fn secure_config(
     mechanism: SaslMechanism,
     password: &str,
 ) -> ClientConfig {
-    let mut config = common::config_for(addr);
+    let mut config = config_for(addr);
     config.operation_timeout = Duration::from_secs(8);
     config.security = Security {
         tls: tls.map(|ca| TlsConfig {
@@ -171,25 +175,11 @@ pub fn secure_config(
     config
 }
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_krabka-authority"))
-}
-
-/// A spawned `serve` that is killed when the test ends, even by a panic.
-struct Served(std::process::Child);
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Runs `serve` with `args`; returns how it ended, its stderr and how long it
 /// ran (at most `limit`).
 fn serve_outcome(args: &[&str], limit: Duration) -> (Option<i32>, String, Duration) {
     let log = std::env::temp_dir().join(unique("serve-log"));
-    let mut child = bin()
+    let mut child = binary()
         .arg("serve")
         .args(args)
         .args(["--listen", "127.0.0.1:0"])
@@ -220,7 +210,7 @@ fn serve_outcome(args: &[&str], limit: Duration) -> (Option<i32>, String, Durati
 async fn sasl_ssl_works_for_the_service_and_the_leadership_client_and_refuses_clearly() {
     let pki = pki();
     let broker = tokio::task::block_in_place(|| secure_broker(&pki, &[]));
-    let topic = common::topic_on(&broker.plaintext, "secure", 2).await;
+    let topic = topic_on(&broker.plaintext, "secure", 2).await;
 
     for mechanism in [
         SaslMechanism::Plain,
@@ -246,7 +236,7 @@ async fn sasl_ssl_works_for_the_service_and_the_leadership_client_and_refuses_cl
             .await
             .unwrap();
         // The service over SASL_SSL.
-        let mut service_config = crate::service::Config {
+        let mut service_config = service::Config {
             service: ServiceConfig::new(&broker.sasl_ssl),
             client: config,
         };
@@ -448,7 +438,7 @@ async fn mutual_tls_and_re_authentication() {
         "--listener",
         "SSL",
     ]);
-    let mut with_cert = common::config_for(&ssl);
+    let mut with_cert = config_for(&ssl);
     with_cert.operation_timeout = Duration::from_secs(5);
     with_cert.security = Security {
         tls: Some(TlsConfig {
@@ -485,7 +475,7 @@ async fn mutual_tls_and_re_authentication() {
     eprintln!("mutual TLS without a client certificate: {err}");
 
     // Re-authentication: checks keep working across several 3 s sessions.
-    let admin = KafkaClient::new(common::config_for(&broker.plaintext)).unwrap();
+    let admin = KafkaClient::new(config_for(&broker.plaintext)).unwrap();
     let topic = unique("reauth");
     admin
         .ensure_topic(
@@ -516,7 +506,7 @@ async fn mutual_tls_and_re_authentication() {
     )
     .await
     .unwrap();
-    let mut service_config = crate::service::Config {
+    let mut service_config = service::Config {
         service: ServiceConfig::new(&broker.sasl_ssl),
         client: secure_config(
             &broker.sasl_ssl,
@@ -543,12 +533,12 @@ async fn mutual_tls_and_re_authentication() {
 
 #[tokio::test]
 async fn bearer_tokens_guard_the_api_and_say_nothing_about_roles() {
-    let topic = crate::common::topic(1).await;
+    let topic = topic(1).await;
     let dir = std::env::temp_dir().join(unique("tokens"));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("tokens");
     std::fs::write(&file, "first-token-abc\n").unwrap();
-    let mut config = crate::service::config(&crate::common::bootstrap(), &topic);
+    let mut config = service::config(&bootstrap(), &topic);
     config.auth.api_tokens_file = Some(file.clone());
     let service = start(config).await;
     let client = reqwest::Client::new();
@@ -560,14 +550,9 @@ async fn bearer_tokens_guard_the_api_and_say_nothing_about_roles() {
         request.send()
     };
     let known = unique("known");
-    krabka_authority::transport::Registrar::register(
-        &crate::common::transport(&topic).await,
-        &known,
-        "m",
-        1,
-    )
-    .await
-    .unwrap();
+    krabka_authority::transport::Registrar::register(&transport(&topic).await, &known, "m", 1)
+        .await
+        .unwrap();
     let mut bodies = Vec::new();
     for path in [
         "/roles",
@@ -680,10 +665,10 @@ async fn the_service_works_with_exactly_the_documented_acls_and_a_missing_one_is
             ],
         )
     });
-    let admin = KafkaClient::new(common::config_for(&broker.plaintext)).unwrap();
-    let topic = common::topic_on(&broker.plaintext, "acl-topic", 2).await;
+    let admin = KafkaClient::new(config_for(&broker.plaintext)).unwrap();
+    let topic = topic_on(&broker.plaintext, "acl-topic", 2).await;
     let prefix = unique("lp");
-    // Exactly the README's list: Describe on the roles' transactional ids,
+    // Exactly the list of docs/operations.md (Security): Describe on the roles' transactional ids,
     // Read and Describe on the topic. No Write, no DescribeConfigs.
     tokio::task::block_in_place(|| {
         acl(
@@ -729,7 +714,7 @@ async fn the_service_works_with_exactly_the_documented_acls_and_a_missing_one_is
         .await
         .unwrap();
     let other = KafkaTransport::connect(
-        KafkaClient::new(common::config_for(&broker.plaintext)).unwrap(),
+        KafkaClient::new(config_for(&broker.plaintext)).unwrap(),
         TransportConfig {
             topic: topic.clone(),
             partitions: None,
@@ -753,14 +738,10 @@ async fn the_service_works_with_exactly_the_documented_acls_and_a_missing_one_is
     // in the logs (at debug), the metrics, the problems or the document.
     let tokens = pki.dir.join("api-tokens");
     std::fs::write(&tokens, format!("{API_TOKEN}\n")).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let log_path = pki.dir.join("serve.log");
-    let served = Served(
-        bin()
+    let served = Process(
+        binary()
             .args([
                 "serve",
                 "--bootstrap-servers",

@@ -5,75 +5,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use krabka_authority::coordination::FencingToken;
-use krabka_authority::kafka::{ClientConfig, KafkaClient, KafkaTransport, TopicSpec};
+use krabka_authority::kafka::{KafkaClient, KafkaTransport, TopicSpec};
 use krabka_authority::leadership::acquire;
-use krabka_authority::service::{self, AppState, ServiceConfig};
 use krabka_authority::transport::Coordinator;
 use serde_json::Value;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::common::{self, OwnBroker, bootstrap, eventually, topic, transport, unique};
-use crate::leadership::fast_options;
-
-pub struct Service {
-    pub url: String,
-    pub stop: watch::Sender<bool>,
-    pub done: tokio::task::JoinHandle<Result<(), krabka_authority::service::ServeError>>,
-}
-
-/// The service's settings and the Kafka client's (which tests tune beyond
-/// the flags); derefs to the service's.
-pub struct Config {
-    pub service: ServiceConfig,
-    pub client: ClientConfig,
-}
-
-impl std::ops::Deref for Config {
-    type Target = ServiceConfig;
-    fn deref(&self) -> &ServiceConfig {
-        &self.service
-    }
-}
-
-impl std::ops::DerefMut for Config {
-    fn deref_mut(&mut self) -> &mut ServiceConfig {
-        &mut self.service
-    }
-}
-
-pub fn config(bootstrap: &str, topic: &str) -> Config {
-    let mut config = Config {
-        service: ServiceConfig::new(bootstrap),
-        client: common::config_for(bootstrap),
-    };
-    config.kafka.topic = topic.to_owned();
-    config.watch.roster_ttl = Duration::from_millis(500);
-    config.http.request_timeout = Duration::from_secs(3);
-    config.client.request_timeout = Duration::from_secs(1);
-    config.client.operation_timeout = Duration::from_secs(2);
-    config.watch.challenge_stagger = Duration::from_millis(500);
-    config
-}
-
-pub async fn start(config: Config) -> Service {
-    let state = AppState::with_client_config(config.service, config.client).unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, rx) = watch::channel(false);
-    let done = tokio::spawn(service::run(listener, state, rx));
-    Service { url, stop, done }
-}
-
-pub async fn get(url: &str) -> (u16, Value, reqwest::header::HeaderMap) {
-    let response = reqwest::get(url).await.expect("the service answers");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let body = response.text().await.unwrap();
-    let json = serde_json::from_str(&body).unwrap_or(Value::String(body));
-    (status, json, headers)
-}
+use crate::support::broker::{OwnBroker, bootstrap, config_for, topic, transport};
+use crate::support::leadership::fast_options;
+use crate::support::service::{Service, config, get, start};
+use crate::support::{eventually, unique};
 
 fn authority(service: &Service, role: &str, token: &str) -> String {
     format!("{}/roles/{role}/authority?token={token}", service.url)
@@ -409,7 +350,7 @@ async fn a_roster_view_shows_ranks_and_holder_and_follows_a_takeover() {
 #[tokio::test]
 async fn with_the_broker_down_checks_answer_503_and_recover_without_a_restart() {
     let broker = OwnBroker::start("svc-down", &[]);
-    let kafka = KafkaClient::new(common::config_for(&broker.addr)).unwrap();
+    let kafka = KafkaClient::new(config_for(&broker.addr)).unwrap();
     let topic = unique("svc-down");
     kafka
         .ensure_topic(

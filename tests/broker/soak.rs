@@ -7,10 +7,10 @@
 //! checks/s, a failover every 10 s):
 //!
 //! ```sh
-//! KRABKA_SOAK_SECONDS=180 KRABKA_SOAK_RATE=2000 scripts/test --test broker soak -- --nocapture
+//! KRABKA_SOAK_SECONDS=180 KRABKA_SOAK_RATE=2000 scripts/test --soak
 //! ```
 
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,7 +19,9 @@ use krabka_authority::transport::Coordinator;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use crate::common::{bootstrap, eventually, topic, transport, unique};
+use crate::support::broker::{bootstrap, topic, transport};
+use crate::support::process::{Process, binary, free_port};
+use crate::support::{eventually, unique};
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -37,15 +39,6 @@ fn rss_kib(pid: u32) -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
-}
-
-struct Served(Child);
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// One mint: the token, and the instants just before and just after the
@@ -116,13 +109,9 @@ async fn a_soak_of_checks_across_failovers_has_no_wrong_verdict_and_flat_memory(
     let rate = env("KRABKA_SOAK_RATE", 400);
     let failover_every = Duration::from_secs(env("KRABKA_SOAK_FAILOVER_SECONDS", 10));
     let topic = topic(4).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let served = Served(
-        Command::new(env!("CARGO_BIN_EXE_krabka-authority"))
+    let port = free_port();
+    let served = Process(
+        binary()
             .args([
                 "serve",
                 "--bootstrap-servers",

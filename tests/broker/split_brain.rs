@@ -17,7 +17,8 @@ use rand::RngExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::common::{client, topic, transport, unique};
+use crate::support::broker::{client, topic, transport};
+use crate::support::{eventually, unique};
 
 const FAILOVERS: usize = 50;
 
@@ -254,7 +255,7 @@ async fn no_write_of_a_deposed_token_is_ever_accepted() {
         (r.accepted, r.uncertain)
     };
     let kafka = client();
-    let read = crate::common::eventually(|| async {
+    let read = eventually(|| async {
         let read = kafka.read_committed(&guarded, 0, 0).await.unwrap();
         (read.records.len() >= accepted).then_some(read)
     })

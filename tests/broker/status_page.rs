@@ -3,8 +3,8 @@
 //! the one the roster view reports; and a role's page after failovers
 //! driven by the leadership client, its timeline holding one bar per
 //! holding period and a hostile member name staying text. Screenshots are
-//! kept as artifacts in `target/test-artifacts/` (`status-page.png`,
-//! `role-page.png`).
+//! kept as artifacts in the cargo target's `tmp/test-artifacts/`
+//! (`status-page.png`, `role-page.png`; `CARGO_TARGET_DIR` honoured).
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -14,10 +14,11 @@ use krabka_authority::coordination::FencingToken;
 use krabka_authority::service::http::status_page::path_segment;
 use serde_json::Value;
 
-use crate::common::{bootstrap, eventually, repo, topic, unique};
-use crate::leadership::{Pending, candidate};
-use crate::service::{Service, get, start};
-use crate::watcher::{holds, ready, watcher_config};
+use crate::support::broker::{bootstrap, topic};
+use crate::support::leadership::{Pending, candidate, holds};
+use crate::support::process::{Process, binary};
+use crate::support::service::{Service, get, ready, start, watcher_config};
+use crate::support::{eventually, unique};
 
 fn chromium() -> PathBuf {
     for candidate in ["chromium", "chromium-browser", "google-chrome"] {
@@ -60,7 +61,7 @@ async fn the_status_page_shows_the_holder_in_a_real_browser() {
     let topic = topic(3).await;
     let service = start(watcher_config(&topic)).await;
     let role = unique("page");
-    let demo = Command::new(env!("CARGO_BIN_EXE_krabka-authority"))
+    let demo = binary()
         .args([
             "demo",
             "--bootstrap-servers",
@@ -86,7 +87,7 @@ async fn the_status_page_shows_the_holder_in_a_real_browser() {
         .stderr(Stdio::null())
         .spawn()
         .expect("the demo runs");
-    let mut demo = Guard(demo);
+    let mut demo = Process(demo);
 
     let view: Value = eventually(|| async {
         let (status, v, _) = get(&format!("{}/roles/{role}", service.url)).await;
@@ -123,7 +124,7 @@ async fn the_status_page_shows_the_holder_in_a_real_browser() {
         assert!(row.contains(m["member"].as_str().unwrap()), "{row}");
     }
 
-    let artifacts = repo().join("target/test-artifacts");
+    let artifacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
     let shot = artifacts.join("status-page.png");
     let _ = std::fs::remove_file(&shot);
@@ -278,7 +279,7 @@ async fn a_role_page_after_failovers_draws_every_holding_period_and_keeps_names_
         "{h1}"
     );
 
-    let artifacts = repo().join("target/test-artifacts");
+    let artifacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
     let shot = artifacts.join("role-page.png");
     let _ = std::fs::remove_file(&shot);
@@ -298,14 +299,4 @@ async fn a_role_page_after_failovers_draws_every_holding_period_and_keeps_names_
         shot.display()
     );
     drop(a);
-}
-
-/// Kills the demo process however the test ends.
-struct Guard(std::process::Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

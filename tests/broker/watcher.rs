@@ -6,56 +6,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use krabka_authority::coordination::{Key, encode_key, role_partition};
-use krabka_authority::kafka::KafkaTransport;
-use krabka_authority::leadership::{Leadership, acquire};
+use krabka_authority::leadership::acquire;
 use krabka_authority::transport::{Coordinator, Registrar};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::common::{bootstrap, client, eventually, topic, transport, unique};
-use crate::leadership::fast_options;
-use crate::service::{Service, config, get, start};
-
-pub fn watcher_config(topic: &str) -> crate::service::Config {
-    let mut config = config(&bootstrap(), topic);
-    config.watch.roster_ttl = Duration::from_millis(200);
-    config.watch.poll_interval = Duration::from_millis(300);
-    config
-}
-
-/// The value of one series of `name` with `labels`, or 0 when absent.
-pub async fn metric(service: &Service, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let (_, body, _) = get(&format!("{}/metrics", service.url)).await;
-    let text = body.as_str().unwrap().to_owned();
-    text.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .find(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0.0)
-}
-
-pub async fn ready(service: &Service) {
-    eventually(|| async {
-        let (status, _, _) = get(&format!("{}/readyz", service.url)).await;
-        (status == 200).then_some(())
-    })
-    .await;
-}
-
-pub async fn holds(topic: &str, role: &str, member: &str) -> Leadership<KafkaTransport> {
-    let t = Arc::new(transport(topic).await);
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        acquire(t, role, member, fast_options()),
-    )
-    .await
-    .expect("acquires in time")
-    .expect("acquires")
-}
+use crate::support::broker::{client, topic, transport};
+use crate::support::leadership::{fast_options, holds};
+use crate::support::service::{Service, get, metric, ready, start, watcher_config};
+use crate::support::{eventually, unique};
 
 async fn view(service: &Service, role: &str) -> Value {
     get(&format!("{}/roles/{role}", service.url)).await.1

@@ -18,9 +18,10 @@
 //! The gates step exactly (no jitter): they are per client and opened by
 //! callers whose retries are jittered already.
 //!
-//! What is remembered is bounded: the table by the bytes of its ids (half
-//! of it dropped when full: a lost entry costs a lookup), the per-key
-//! backoffs by count.
+//! What is remembered is bounded by the bytes it takes, everything counted
+//! ([`crate::bounded`]): the table (half of it dropped when full: a lost
+//! entry costs a lookup) and the per-key backoffs (4 MiB; one lost costs a
+//! lookup before its backoff ended).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -32,7 +33,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::backoff::{Backoff, Gate, Jitter};
-use crate::bounded::BoundedMap;
+use crate::bounded::{BoundedMap, MOKA_ENTRY_BYTES, allocated};
 use crate::kafka::config::Broker;
 use crate::kafka::error::KafkaError;
 use crate::sync::lock;
@@ -41,8 +42,18 @@ use crate::sync::lock;
 const MAX_KEYS: usize = 1000;
 /// How long an unused per-key backoff is kept.
 const IDLE: Duration = Duration::from_secs(600);
-/// Most ids with an error backoff.
-const MAX_KEY_GATES: u64 = 10_000;
+/// Most bytes of ids with an error backoff, everything counted: an id is a
+/// role name of up to 32 KiB from whoever can reach the API, and during an
+/// outage every id asked about gets one (10,000 of them took up to 330 MB).
+const MAX_KEY_GATE_BYTES: u64 = 4 << 20;
+
+/// What a key's error backoff is counted as: the id and the error's text
+/// (its strings, which may name the id) at their allocation sizes, and
+/// moka's entry.
+fn key_gate_bytes(key: &str, error: &KafkaError) -> u32 {
+    let bytes = allocated(key.len()) + allocated(error.to_string().len()) + MOKA_ENTRY_BYTES;
+    u32::try_from(bytes).unwrap_or(u32::MAX)
+}
 
 /// One id's coordinator, or why it is not known.
 pub(crate) type Answer = Result<Broker, KafkaError>;
@@ -101,7 +112,8 @@ impl Coordinators {
             suspects: Mutex::default(),
             any_suspect: AtomicBool::new(false),
             key_gates: Cache::builder()
-                .max_capacity(MAX_KEY_GATES)
+                .max_capacity(MAX_KEY_GATE_BYTES)
+                .weigher(|key: &String, (_, error): &(Gate, KafkaError)| key_gate_bytes(key, error))
                 .time_to_idle(IDLE)
                 .build(),
             lookups: Mutex::default(),
@@ -316,6 +328,27 @@ mod tests {
         let size = table.weighted_size();
         assert!(size <= 100_000, "{size} bytes remembered");
         assert!(table.known.size().0 < 100);
+    }
+
+    /// An outage: every id asked about gets an error backoff. Long ids and
+    /// errors that name them stay within the bound in bytes.
+    #[test]
+    fn the_error_backoffs_are_bounded_by_their_bytes() {
+        let table = table();
+        for i in 0..2_000 {
+            let key = format!("{i:0>32000}");
+            let error =
+                KafkaError::Invalid(format!("FindCoordinator answered nothing for {key:?}"));
+            table.lookup_failed(&key, error);
+        }
+        table.key_gates.run_pending_tasks();
+        let bytes = table.key_gates.weighted_size();
+        assert!(bytes <= MAX_KEY_GATE_BYTES, "{bytes}");
+        let entries = table.key_gates.entry_count();
+        assert!(
+            entries > 0 && entries <= MAX_KEY_GATE_BYTES / 64_000,
+            "{entries}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -15,14 +15,30 @@
 //! Both are keyed by the cluster's id: when the bootstrap address leads to
 //! another cluster (rebuilt, disaster recovery), nothing learned of the old
 //! one is used, and both are cleared.
+//!
+//! Both are bounded by the bytes their entries really take, everything
+//! counted (see [`crate::bounded`]).
 
 use std::sync::{Arc, RwLock};
 
 use moka::sync::Cache;
 
-use crate::bounded::BoundedMap;
+use crate::bounded::{BoundedMap, HeapSize, MOKA_ENTRY_BYTES, allocated};
 use crate::coordination::FencingToken;
 use crate::sync::{read, write};
+
+/// The bytes a superseded entry is counted as: its role name and state at
+/// their allocation sizes and moka's entry.
+pub(crate) fn superseded_entry_bytes(role: &str, by: &SupersededBy) -> u64 {
+    allocated(role.len()) + allocated(by.state.len()) + MOKA_ENTRY_BYTES
+}
+
+/// A high-water mark holds nothing on the heap.
+impl HeapSize for FencingToken {
+    fn heap_bytes(&self) -> u64 {
+        0
+    }
+}
 
 /// What was learned when a token was found superseded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,17 +63,15 @@ pub struct Caches {
 }
 
 impl Caches {
-    /// Caches of at most `superseded` tokens and `high_water_bytes` bytes of
-    /// role names with their marks.
-    pub fn new(superseded: u64, high_water_bytes: u64) -> Caches {
+    /// Caches of at most `superseded_bytes` of superseded tokens and
+    /// `high_water_bytes` of high-water marks, everything counted.
+    pub fn new(superseded_bytes: u64, high_water_bytes: u64) -> Caches {
         Caches {
             superseded: Cache::builder()
-                .max_capacity(superseded)
+                .max_capacity(superseded_bytes)
                 .weigher(
-                    |(_, role, _): &(Cluster, String, FencingToken), _: &SupersededBy| {
-                        // Long role names cost more; a count alone would let a
-                        // caller fill memory with 32 KiB names.
-                        u32::try_from(1 + role.len() / 1024).unwrap_or(u32::MAX)
+                    |(_, role, _): &(Cluster, String, FencingToken), by: &SupersededBy| {
+                        u32::try_from(superseded_entry_bytes(role, by)).unwrap_or(u32::MAX)
                     },
                 )
                 .build(),
@@ -136,6 +150,13 @@ impl Caches {
             self.high_water.size().0 as u64,
         )
     }
+
+    /// Bytes each cache is accounted at (superseded, high-water marks),
+    /// within their bounds.
+    pub fn bytes(&self) -> (u64, u64) {
+        self.superseded.run_pending_tasks();
+        (self.superseded.weighted_size(), self.high_water.size().1)
+    }
 }
 
 #[cfg(test)]
@@ -177,22 +198,43 @@ mod tests {
         assert_eq!(caches.superseded(&c1, "r", t(5, 1)), None, "cleared");
     }
 
+    /// A flood of distinct names, short and long, up to and past both caps:
+    /// the bytes accounted (names at their allocator size, values, per-entry
+    /// and table overhead) never pass the bounds, and the caches do fill.
     #[test]
-    fn both_caches_are_bounded_whatever_the_role_names() {
-        let caches = Caches::new(1_000, 100_000);
-        let c = caches.cluster(Some("c".into())).unwrap();
+    fn a_flood_of_distinct_names_stays_within_both_bounds() {
+        const SUPERSEDED: u64 = 4 << 20;
+        const HIGH_WATER: u64 = 2 << 20;
         let by = SupersededBy {
             current: t(2, 0),
-            state: "Empty".into(),
+            state: "CompleteCommit".into(),
             checked_at_ms: 0,
         };
-        for i in 0..2_000 {
-            let role = format!("{i:0>30000}");
-            caches.raise(&c, &role, t(1, 0));
-            caches.remember_superseded(&c, &role, t(1, 0), by.clone());
+        for (len, count) in [(10, 30_000), (900, 12_000), (32_767, 300)] {
+            let caches = Caches::new(SUPERSEDED, HIGH_WATER);
+            let c = caches.cluster(Some("c".into())).unwrap();
+            for i in 0..count {
+                let role = format!("{i:0>len$}");
+                caches.raise(&c, &role, t(1, 0));
+                caches.remember_superseded(&c, &role, t(1, 0), by.clone());
+                if i % 1000 == 0 {
+                    let (superseded, high_water) = caches.bytes();
+                    assert!(superseded <= SUPERSEDED, "{len}: {superseded}");
+                    assert!(high_water <= HIGH_WATER, "{len}: {high_water}");
+                }
+            }
+            let (superseded, high_water) = caches.bytes();
+            assert!(superseded <= SUPERSEDED, "{len}: {superseded}");
+            assert!(high_water <= HIGH_WATER, "{len}: {high_water}");
+            // Full, not empty: the bound is what is used.
+            assert!(superseded > SUPERSEDED / 2, "{len}: {superseded}");
+            assert!(high_water > HIGH_WATER / 4, "{len}: {high_water}");
+            let (entries, _) = caches.sizes();
+            let per_entry = superseded / entries.max(1);
+            assert!(
+                per_entry >= allocated(len) + MOKA_ENTRY_BYTES,
+                "{len}: {per_entry} bytes per entry"
+            );
         }
-        let (superseded, high_water) = caches.sizes();
-        assert!(superseded <= 1_000 / 30, "{superseded} long names kept");
-        assert!(high_water <= 100_000 / 30_000, "{high_water} marks kept");
     }
 }

@@ -51,17 +51,17 @@ pub struct Checker {
 }
 
 impl Checker {
-    /// A checker over `cluster`, remembering at most `superseded` superseded
-    /// tokens and `high_water_bytes` bytes of high-water marks.
+    /// A checker over `cluster`, remembering at most `superseded_bytes` of
+    /// superseded tokens and `high_water_bytes` of high-water marks.
     pub fn new(
         cluster: Arc<dyn Cluster>,
         clock: Arc<dyn Clock>,
-        superseded: u64,
+        superseded_bytes: u64,
         high_water_bytes: u64,
     ) -> Checker {
         Checker {
             cluster,
-            caches: Caches::new(superseded, high_water_bytes),
+            caches: Caches::new(superseded_bytes, high_water_bytes),
             clock,
         }
     }
@@ -216,7 +216,7 @@ mod tests {
         Checker::new(
             Arc::new(cluster.clone()),
             Arc::new(ManualClock::new(1_000)),
-            1000,
+            1 << 20,
             1 << 20,
         )
     }

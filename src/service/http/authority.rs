@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use super::extract::{JsonBody, Role, Token, parse_token, validate_role};
+use super::extract::{Arrived, JsonBody, Role, Token, parse_token, validate_role};
 use super::problem::ApiError;
 use crate::cluster::ClusterError;
 use crate::coordination::{FencingToken, Verdict};
@@ -191,9 +191,9 @@ fn parse_item(item: &CheckItem) -> Result<(String, FencingToken), ApiError> {
 /// own verdict.
 pub async fn post_check(
     State(state): State<Arc<AppState>>,
+    Arrived(started): Arrived,
     body: Result<JsonBody<Vec<CheckItem>>, ApiError>,
 ) -> Response {
-    let started = Instant::now();
     let items = match body {
         Ok(JsonBody(items)) => items,
         Err(problem) => return problem.into_response(),

@@ -79,6 +79,25 @@ fn is_json(headers: &axum::http::HeaderMap) -> bool {
         .is_some_and(|sub| sub == "json" || sub.ends_with("+json"))
 }
 
+/// When the request arrived (its headers read): the request timeout
+/// bounds the whole request from here, reading its body included. Set by
+/// the router's outermost layer; a request without it (a handler called
+/// alone) counts from when it is asked.
+#[derive(Clone, Copy, Debug)]
+pub struct Arrived(pub tokio::time::Instant);
+
+impl<S: Send + Sync> FromRequestParts<S> for Arrived {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Arrived, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<Arrived>()
+            .copied()
+            .unwrap_or_else(|| Arrived(tokio::time::Instant::now())))
+    }
+}
+
 /// True when `error` (or what caused it) is the request body timeout.
 fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut cause = Some(error);
@@ -117,17 +136,34 @@ where
                 "the body is over the limit of {limit} bytes"
             )));
         }
-        let bytes = axum::body::Bytes::from_request(request, state)
-            .await
-            .map_err(|e| {
-                if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::too_large(format!("the body is over the limit of {limit} bytes"))
-                } else if timed_out(&e) {
-                    ApiError::timeout("the body did not arrive within the request timeout")
-                } else {
-                    ApiError::invalid("body", e.body_text())
-                }
-            })?;
+        // The whole body within the request timeout from the request's
+        // arrival: a body that trickles in (each piece within the per-piece
+        // timeout) and then stalls is the caller's fault, 408, and must not
+        // run into the safety net's 503 ("Coordinator unavailable").
+        let timeout = state.config.http.request_timeout;
+        let arrived = request
+            .extensions()
+            .get::<Arrived>()
+            .map_or_else(tokio::time::Instant::now, |a| a.0);
+        let read = tokio::time::timeout_at(
+            arrived + timeout,
+            axum::body::Bytes::from_request(request, state),
+        )
+        .await
+        .map_err(|_| {
+            ApiError::timeout(format!(
+                "the body did not arrive within the request timeout ({timeout:?})"
+            ))
+        })?;
+        let bytes = read.map_err(|e| {
+            if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::too_large(format!("the body is over the limit of {limit} bytes"))
+            } else if timed_out(&e) {
+                ApiError::timeout("the body did not arrive within the request timeout")
+            } else {
+                ApiError::invalid("body", e.body_text())
+            }
+        })?;
         serde_json::from_slice(&bytes)
             .map(JsonBody)
             .map_err(|e| ApiError::invalid("body", e.to_string()))

@@ -120,6 +120,8 @@ async fn method_not_allowed(State(state): State<Arc<AppState>>, request: Request
 }
 
 /// What every answer passes through, in one layer:
+/// - the request's arrival is stamped ([`extract::Arrived`]): the request
+///   timeout counts from here, the body's reading included;
 /// - RFC 9112 §3.2: an HTTP/1.1 request without exactly one `Host` header
 ///   is refused with 400;
 /// - a 401 says nothing of the path: no `Allow` header, which axum adds to
@@ -147,7 +149,10 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request) -> Self::Future {
+    fn call(&mut self, mut request: Request) -> Self::Future {
+        request
+            .extensions_mut()
+            .insert(extract::Arrived(tokio::time::Instant::now()));
         if request.version() == axum::http::Version::HTTP_11
             && request.headers().get_all(header::HOST).iter().count() != 1
         {

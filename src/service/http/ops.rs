@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::service::AppState;
+use crate::service::watch::TopicSearch;
 
 /// The OpenAPI document, served as written.
 pub const OPENAPI_YAML: &str = include_str!("../../../openapi/openapi.yaml");
@@ -18,9 +19,11 @@ pub async fn healthz() -> Response {
     Json(json!({ "status": "ok" })).into_response()
 }
 
-/// `GET /readyz`: Kafka reachable, topic present, views caught up. With API
-/// tokens configured, a caller without one learns only that the service is
-/// not ready, not why (the reason names brokers and partitions).
+/// `GET /readyz`: Kafka reachable, views caught up. A topic that does not
+/// exist yet is ready, with a note (a fresh cluster: no role registered;
+/// checks work). With API tokens configured, a caller without one learns
+/// only that the service is (not) ready, not why (the reason names brokers
+/// and partitions).
 pub async fn readyz(
     State(state): State<Arc<AppState>>,
     request: axum::extract::Request,
@@ -34,7 +37,17 @@ pub async fn readyz(
         .or_else(|| state.readiness.reason())
         .or_else(|| state.watcher.not_ready())
     {
-        None => Json(json!({ "status": "ready" })).into_response(),
+        None => match state.watcher.topic_search() {
+            TopicSearch::Absent if tell => Json(json!({
+                "status": "ready",
+                "note": format!(
+                    "the topic {} does not exist yet: no role is registered; the first candidate creates it",
+                    state.config.kafka.topic
+                ),
+            }))
+            .into_response(),
+            _ => Json(json!({ "status": "ready" })).into_response(),
+        },
         Some(reason) => {
             let reason = if tell {
                 reason

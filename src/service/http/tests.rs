@@ -45,7 +45,10 @@ impl Drop for Rig {
 }
 
 fn rig_with(config: ServiceConfig) -> Rig {
-    let cluster = MemoryCluster::new(4);
+    rig_on(MemoryCluster::new(4), config)
+}
+
+fn rig_on(cluster: MemoryCluster, config: ServiceConfig) -> Rig {
     let state = AppState::with_cluster(
         config,
         Arc::new(cluster.clone()),
@@ -323,6 +326,45 @@ async fn a_body_that_arrives_too_slowly_is_408() {
     assert_eq!(status, StatusCode::REQUEST_TIMEOUT, "{body}");
 }
 
+/// A body that trickles in (each byte well within the per-piece timeout)
+/// and then stalls is the caller's fault: 408 when the request timeout has
+/// passed since the request arrived, not the safety net's 503 "Coordinator
+/// unavailable" a second later (what a body sent at a byte per 0.5 s got
+/// with --request-timeout 2s: 503 at 3.0 s).
+#[tokio::test]
+async fn a_body_that_trickles_then_stalls_is_408_at_the_request_timeout() {
+    let rig = rig();
+    let trickle = futures::stream::unfold(0u8, |n| async move {
+        // Longer than the safety net's 1.3 s, each piece within 300 ms.
+        if n < 10 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Some((
+                Ok::<_, std::io::Error>(bytes::Bytes::from_static(b" ")),
+                n + 1,
+            ))
+        } else {
+            futures::future::pending::<()>().await;
+            None
+        }
+    });
+    let slow = Request::post("/authority/check")
+        .header(header::HOST, "test")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(trickle))
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let (status, headers, body) = call(&rig.app, slow).await;
+    let took = started.elapsed();
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT, "{body}");
+    assert!(headers.get(header::RETRY_AFTER).is_none());
+    assert!(
+        body["detail"].as_str().is_some_and(|d| d.contains("body")),
+        "{body}"
+    );
+    // The request timeout (300 ms), not the safety net's (1.3 s).
+    assert!(took < Duration::from_millis(1_000), "{took:?}");
+}
+
 #[tokio::test]
 async fn with_api_tokens_a_stranger_learns_nothing() {
     let rig = rig_with(with_tokens(config()));
@@ -375,9 +417,11 @@ async fn with_api_tokens_a_stranger_learns_nothing() {
         StatusCode::OK
     );
     let (_, _, body) = call(&rig.app, with_token("/readyz")).await;
-    assert_eq!(
-        body["reason"], "starting",
-        "a caller with a token is told why"
+    assert!(
+        body["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("starting: waiting for Kafka")),
+        "a caller with a token is told why: {body}"
     );
     let (status, _, body) = call(&rig.app, with_token("/roles/r/authority?token=1:1")).await;
     assert_eq!(
@@ -611,7 +655,7 @@ proptest! {
 #[tokio::test]
 async fn memory_stays_bounded_whatever_role_names_are_asked_about() {
     let mut config = config();
-    config.check.superseded_cache_capacity = 1_000;
+    config.check.superseded_cache_bytes = 200_000;
     config.check.high_water_bytes = 200_000;
     let rig = rig_with(config);
     let minter = rig.cluster.transport();
@@ -628,11 +672,150 @@ async fn memory_stays_bounded_whatever_role_names_are_asked_about() {
     }
     let (superseded, marks) = rig.state.checker.caches().sizes();
     assert!(
-        superseded <= 1_000 / 20,
+        superseded <= 200_000 / 20_000,
         "{superseded} superseded entries of 20 KB names"
     );
+    let (superseded_bytes, mark_bytes) = rig.state.checker.caches().bytes();
+    assert!(superseded_bytes <= 200_000 && mark_bytes <= 200_000);
     assert!(
         marks <= 200_000 / 20_000,
         "{marks} high-water marks of 20 KB names"
     );
+}
+
+/// Polls `probe` every 10 ms until it gives `Some`, for at most 5 s.
+async fn within_5s<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A fresh cluster, without the coordination topic: the service is ready
+/// (with a note), checks answer, views say no role is registered; when the
+/// first candidate registers (creating the topic), the watcher finds it
+/// without a restart and the views show the role.
+#[tokio::test]
+async fn a_fresh_cluster_without_the_topic_is_ready_and_the_first_candidate_shows() {
+    let rig = rig_on(MemoryCluster::without_topic(4), config());
+    let (status, _, body) = within_5s("ready without the topic", async || {
+        rig.state.probe().await;
+        let answer = call(&rig.app, get("/readyz")).await;
+        (answer.0 == StatusCode::OK).then_some(answer)
+    })
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        body["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("does not exist yet")),
+        "{body}"
+    );
+    let (status, _, body) = call(&rig.app, get("/roles")).await;
+    assert_eq!(
+        (status, &body["roles"]),
+        (StatusCode::OK, &serde_json::json!([]))
+    );
+    let (status, _, body) = call(&rig.app, get("/roles/r")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        body["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("no role is registered yet")),
+        "{body}"
+    );
+    let (status, _, body) = call(&rig.app, get("/roles/r/authority?token=1:1")).await;
+    assert_eq!(
+        (status, body["verdict"].as_str()),
+        (StatusCode::CONFLICT, Some("vacant"))
+    );
+    assert!(!rig.cluster.topic_exists(), "the service created the topic");
+    let metrics = call(&rig.app, get("/metrics")).await.2;
+    assert!(
+        metrics
+            .as_str()
+            .is_some_and(|m| m.contains("krabka_state_topic_exists 0")),
+        "{metrics}"
+    );
+
+    // The first candidate registers, which creates the topic.
+    rig.cluster
+        .transport()
+        .register("r", "a", 1_700_000_000_000)
+        .await
+        .unwrap();
+    let body = within_5s("the role in the views", async || {
+        let (status, _, body) = call(&rig.app, get("/roles/r")).await;
+        (status == StatusCode::OK).then_some(body)
+    })
+    .await;
+    assert_eq!(body["members"][0]["member"], "a", "{body}");
+    rig.state.probe().await;
+    let (status, _, body) = call(&rig.app, get("/readyz")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.get("note").is_none(), "{body}");
+    let metrics = call(&rig.app, get("/metrics")).await.2;
+    assert!(
+        metrics
+            .as_str()
+            .is_some_and(|m| m.contains("krabka_state_topic_exists 1")),
+        "{metrics}"
+    );
+}
+
+/// With --create-topic the service creates the missing topic itself, with
+/// the partition count of its flags.
+#[tokio::test]
+async fn with_create_topic_the_service_creates_the_missing_topic() {
+    let mut config = config();
+    config.topic_creation.create_topic = true;
+    config.topic_creation.topic_partitions = 3;
+    let cluster = MemoryCluster::without_topic(4);
+    let rig = rig_on(cluster.clone(), config);
+    within_5s("the topic created", async || {
+        cluster.topic_exists().then_some(())
+    })
+    .await;
+    let partitions = within_5s("the watcher on it", async || rig.state.watcher.partitions()).await;
+    assert_eq!(partitions, 3);
+    rig.state.probe().await;
+    let (status, _, body) = call(&rig.app, get("/readyz")).await;
+    assert_eq!((status, body.get("note")), (StatusCode::OK, None), "{body}");
+}
+
+/// During start-up, while Kafka's first answer is still awaited, /readyz
+/// says why the client cannot reach it (the OS's reason) as soon as the
+/// client knows, not after the operation gives up.
+#[tokio::test]
+async fn while_kafka_is_unreachable_at_start_readyz_says_why_at_once() {
+    let cluster = MemoryCluster::new(4);
+    cluster.set_unreachable(Some("127.0.0.1:9092: Connection refused (os error 111)"));
+    let rig = rig_on(cluster.clone(), config());
+    let prober = tokio::spawn(rig.state.clone().probe_forever(Duration::from_secs(1)));
+    let body = within_5s("the reason in /readyz", async || {
+        let (status, _, body) = call(&rig.app, get("/readyz")).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        body["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("Connection refused"))
+            .then_some(body)
+    })
+    .await;
+    assert_eq!(
+        body["reason"],
+        "starting: cannot reach Kafka: 127.0.0.1:9092: Connection refused (os error 111)"
+    );
+    cluster.set_unreachable(None);
+    within_5s("ready once Kafka answers", async || {
+        (call(&rig.app, get("/readyz")).await.0 == StatusCode::OK).then_some(())
+    })
+    .await;
+    prober.abort();
 }

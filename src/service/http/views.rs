@@ -13,7 +13,7 @@ use super::extract::Role;
 use super::problem::ApiError;
 use crate::coordination::{FencingToken, challenge_at, challenge_rank};
 use crate::service::AppState;
-use crate::service::watch::{CoordinatorView, RoleStatus, RoleView};
+use crate::service::watch::{CoordinatorView, RoleStatus, RoleView, TopicSearch};
 use crate::time::Rfc3339Ms;
 
 /// A registered member in rank order.
@@ -215,6 +215,13 @@ pub async fn get_role(State(state): State<Arc<AppState>>, Role(role): Role) -> R
             let mut response = Json(&body).into_response();
             view_headers(response.headers_mut(), body.view.offset, body.view.age_ms);
             response
+        }
+        Ok(None) if state.watcher.topic_search() == TopicSearch::Absent => {
+            ApiError::not_found(format!(
+                "no role is registered yet: the coordination topic {} does not exist (the first candidate creates it)",
+                state.config.kafka.topic
+            ))
+            .into_response()
         }
         Ok(None) => ApiError::not_found(format!(
             "the coordination topic holds no record of role {role:?}"

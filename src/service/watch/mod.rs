@@ -49,6 +49,29 @@ pub struct WatchConfig {
     pub tracker: TrackerConfig,
     /// Most roles with per-role metric series.
     pub max_role_series: usize,
+    /// Create the topic when it is missing, with this layout.
+    pub create_topic: Option<TopicLayout>,
+}
+
+/// The layout of a coordination topic the service creates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopicLayout {
+    /// Its partition count.
+    pub partitions: i32,
+    /// Its replication factor; -1 takes the brokers' default.
+    pub replication_factor: i16,
+}
+
+/// Where the search for the topic stands, before its partitions are read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TopicSearch {
+    /// Not answered yet, or the last try failed for this reason.
+    Looking(Option<String>),
+    /// Kafka answered that the topic does not exist: a fresh cluster on
+    /// which no candidate has registered yet.
+    Absent,
+    /// Found: its partitions are read.
+    Found,
 }
 
 /// One role as the views show it.
@@ -93,6 +116,7 @@ pub struct Watcher {
     parts: RwLock<Option<Parts>>,
     events: broadcast::Sender<RoleEvent>,
     roles: AtomicI64,
+    search: Mutex<TopicSearch>,
 }
 
 impl Watcher {
@@ -116,6 +140,7 @@ impl Watcher {
             parts: RwLock::default(),
             events,
             roles: AtomicI64::new(0),
+            search: Mutex::new(TopicSearch::Looking(None)),
         })
     }
 
@@ -185,30 +210,70 @@ impl Watcher {
         }
     }
 
-    /// The partition count, once the topic is readable and compacted.
+    /// Where the search for the topic stands.
+    pub fn topic_search(&self) -> TopicSearch {
+        lock(&self.search).clone()
+    }
+
+    fn set_search(&self, search: TopicSearch) {
+        self.metrics
+            .topic_exists
+            .set(i64::from(search != TopicSearch::Absent));
+        *lock(&self.search) = search;
+    }
+
+    /// The partition count, once the topic is readable and compacted. A
+    /// missing topic is created when the service is allowed to; otherwise
+    /// it is looked for again until a candidate creates it (views show no
+    /// role meanwhile, and checks work: they never read the topic).
     async fn layout(&self) -> i32 {
         let mut backoff = Backoff::new(
             Duration::from_millis(200),
             Duration::from_secs(5),
             Jitter::EQUAL,
         );
+        let mut told_absent = false;
         loop {
             let topic = &self.config.topic;
             let checked = async {
-                let count = self.cluster.partitions(topic).await?;
+                let count = match self.cluster.partitions(topic).await {
+                    Err(ClusterError::NoTopic(why)) => {
+                        let Some(layout) = self.config.create_topic else {
+                            return Err(ClusterError::NoTopic(why));
+                        };
+                        let count = self
+                            .cluster
+                            .create_topic(topic, layout.partitions, layout.replication_factor)
+                            .await?;
+                        tracing::info!(topic = %topic, partitions = count, replication_factor = layout.replication_factor, "created the coordination topic (--create-topic)");
+                        count
+                    }
+                    other => other?,
+                };
                 self.cluster.check_compacted(topic).await?;
                 Ok::<_, ClusterError>(count)
             };
             match checked.await {
                 Ok(count) => {
                     tracing::info!(topic = %topic, partitions = count, "watching the coordination topic");
+                    self.set_search(TopicSearch::Found);
                     return count;
+                }
+                Err(ClusterError::NoTopic(_)) => {
+                    // Said once at warn: on a fresh cluster this is normal
+                    // until the first candidate registers.
+                    if !told_absent {
+                        tracing::warn!(topic = %topic, "the coordination topic does not exist yet: no role is registered; the first candidate creates it (or start the service with --create-topic); checks work meanwhile");
+                        told_absent = true;
+                    }
+                    self.set_search(TopicSearch::Absent);
                 }
                 Err(e) => {
                     tracing::warn!(topic = %topic, error = %e, "the coordination topic is not readable yet; retrying");
-                    tokio::time::sleep(backoff.next_delay()).await;
+                    self.set_search(TopicSearch::Looking(Some(e.to_string())));
                 }
             }
+            tokio::time::sleep(backoff.next_delay()).await;
         }
     }
 
@@ -403,9 +468,9 @@ impl Watcher {
     /// One role's view; `None` when the topic holds no record of it. An
     /// error when the topic is not readable yet.
     pub fn role(&self, role: &str) -> Result<Option<RoleView>, String> {
-        let parts = self
-            .parts()
-            .ok_or_else(|| "the coordination topic has not been found yet".to_owned())?;
+        let Some(parts) = self.parts() else {
+            return self.without_topic().map(|()| None);
+        };
         let partition = role_partition(role, parts.len() as i32).map_err(|e| e.to_string())?;
         let Some(slot) = parts.get(partition as usize) else {
             return Ok(None);
@@ -426,9 +491,9 @@ impl Watcher {
 
     /// Every role's view, by name.
     pub fn all(&self) -> Result<Vec<RoleView>, String> {
-        let parts = self
-            .parts()
-            .ok_or_else(|| "the coordination topic has not been found yet".to_owned())?;
+        let Some(parts) = self.parts() else {
+            return self.without_topic().map(|()| Vec::new());
+        };
         let now = self.clock.now_ms();
         let mut views = Vec::new();
         for (p, slot) in parts.iter().enumerate() {
@@ -454,7 +519,7 @@ impl Watcher {
     /// succeeded; otherwise why not.
     pub fn not_ready(&self) -> Option<String> {
         let Some(parts) = self.parts() else {
-            return Some("the coordination topic has not been found yet".into());
+            return self.without_topic().err();
         };
         for (p, slot) in parts.iter().enumerate() {
             let part = lock(slot);
@@ -466,6 +531,19 @@ impl Watcher {
             }
         }
         None
+    }
+
+    /// Before the topic's partitions are read: fine (no role yet) when
+    /// Kafka said the topic does not exist; otherwise why it is not read.
+    fn without_topic(&self) -> Result<(), String> {
+        let topic = &self.config.topic;
+        match self.topic_search() {
+            TopicSearch::Absent | TopicSearch::Found => Ok(()),
+            TopicSearch::Looking(None) => Err(format!("looking for the topic {topic}")),
+            TopicSearch::Looking(Some(why)) => {
+                Err(format!("the topic {topic} is not readable: {why}"))
+            }
+        }
     }
 
     /// Live changes of every role.

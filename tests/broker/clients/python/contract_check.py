@@ -1,7 +1,7 @@
 """Checks a live krabka-authority service through the Python client that
 openapi-python-client generated from openapi/openapi.yaml: a single and a
 batch check, each with an authoritative token, a superseded one and a
-malformed one (400). Run by tests/broker/guarded_sink/python_client.rs.
+malformed one (400). Run by tests/broker/clients/python.rs.
 
 usage: contract_check.py URL ROLE AUTHORITATIVE SUPERSEDED
 (the generated package must be importable: PYTHONPATH)
@@ -16,7 +16,7 @@ from krabka_authority_client.models import (
     BatchResponse,
     BatchVerdict,
     CheckAuthorityResponse200,
-    CheckAuthorityResponse400,
+    CheckAuthorityInvalidProblem,
     CheckAuthorityResponse409,
     CheckItem,
 )
@@ -49,7 +49,7 @@ def main():
 
     r = check_authority.sync_detailed(role, client=client, token="1:-1")
     p = r.parsed
-    expect("single malformed token is a typed 400", r.status_code == 400 and isinstance(p, CheckAuthorityResponse400), (r.status_code, p))
+    expect("single malformed token is a typed 400", r.status_code == 400 and isinstance(p, CheckAuthorityInvalidProblem), (r.status_code, p))
     expect("the problem names the field", (p.field, value(p.status)) == ("token", 400) and p.detail, p)
 
     items = [CheckItem(role=role, token=good), CheckItem(role=role, token=old), CheckItem(role=role, token="nope")]

@@ -1,19 +1,15 @@
-//! Shared helpers: the broker under test, unique names, clients.
+//! The broker under test (shared by the single-node tests), brokers of one
+//! test, and clients, topics and transports on them.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use krabka_authority::kafka::{
     ClientConfig, KafkaClient, KafkaTransport, TopicSpec, TransportConfig,
 };
 
-/// The repository root.
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use super::{capture_logs, repo, unique};
 
 /// Runs `scripts/kafka` with `args`; returns stdout, panics with stderr.
 pub fn kafka_script(args: &[&str]) -> String {
@@ -44,30 +40,6 @@ pub fn bootstrap() -> String {
         }
     })
     .clone()
-}
-
-/// A unique name for a role or topic of one test.
-pub fn unique(prefix: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!("{prefix}-{}-{n}-{nanos:x}", std::process::id())
-}
-
-/// The library's logs in each test's captured output (shown for a failing
-/// test): what the client retried and why is the first thing a flaky
-/// failure needs. `RUST_LOG` overrides the default level.
-pub fn capture_logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "krabka_authority=info".into());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_test_writer()
-        .with_ansi(false)
-        .try_init();
 }
 
 /// Client settings with short timeouts for tests.
@@ -165,24 +137,5 @@ impl Drop for OwnBroker {
         let _ = Command::new(repo().join("scripts/kafka"))
             .args(["stop", "--purge", "--name", &self.name])
             .output();
-    }
-}
-
-/// Polls `check` every 50 ms until it gives a value; panics after 10 s.
-pub async fn eventually<T, F, Fut>(mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "condition not met within 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

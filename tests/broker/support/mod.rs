@@ -1,0 +1,69 @@
+//! The broker tier's helpers, one home for what more than one test file
+//! uses (feature modules hold only their tests and what is theirs alone):
+//!
+//! - this module: names, logs, the repository, [`eventually`];
+//! - [`broker`]: the broker under test, brokers of one test, clients,
+//!   topics, transports;
+//! - [`service`]: the service in this process over real HTTP;
+//! - [`process`]: the binary as a child process (`serve`, `demo`);
+//! - [`leadership`]: leader-election members with short timings;
+//! - [`cluster`]: the 3-broker cluster, the members, the check load and
+//!   the verdicts' audit of the cluster tests.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+pub mod broker;
+pub mod cluster;
+pub mod leadership;
+pub mod process;
+pub mod service;
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A unique name for a role or topic of one test.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{prefix}-{}-{n}-{nanos:x}", std::process::id())
+}
+
+/// The library's logs in each test's captured output (shown for a failing
+/// test): what the client retried and why is the first thing a flaky
+/// failure needs. `RUST_LOG` overrides the default level.
+pub fn capture_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "krabka_authority=info".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .with_ansi(false)
+        .try_init();
+}
+
+/// Polls `check` every 50 ms until it gives a value; panics after 10 s.
+pub async fn eventually<T, F, Fut>(mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
