@@ -242,9 +242,13 @@ impl KafkaClient {
     /// FindCoordinator took twice a describe's round trip (1.35 against
     /// 0.73 ms at concurrency 64 on three brokers). A client the cluster
     /// does not let describe that topic (TOPIC_AUTHORIZATION_FAILED)
-    /// confirms with FindCoordinator from then on.
+    /// confirms with FindCoordinator from then on; any other error of the
+    /// topic, this time.
     async fn ask_confirmation(&self, request: &ConfirmRequest) -> Result<Confirmation, KafkaError> {
         let by = request.to.clone();
+        if let Some(observer) = self.observer() {
+            observer.confirmation(request.ids.len());
+        }
         if request.ids.len() > FIND_COORDINATOR_UP_TO
             && !self.state().confirms().by_find_coordinator()
         {
@@ -269,7 +273,11 @@ impl KafkaClient {
                     tracing::info!(error = %e, "this client may not describe {TRANSACTION_STATE}: describes are confirmed with FindCoordinator");
                     self.state().confirms().use_find_coordinator();
                 }
-                Err(e) => return Err(e),
+                // No answer for the topic (not created yet, or hidden):
+                // FindCoordinator, which answers per id, this time.
+                Err(e) => {
+                    tracing::debug!(error = %e, "no metadata of {TRANSACTION_STATE}; confirming with FindCoordinator")
+                }
             }
         }
         let response = self

@@ -14,14 +14,16 @@
 //! caught up with the metadata log, which may be after another broker took
 //! over as coordinator and minted a newer pair: a deposed token would look
 //! current. So an answer of coordinator X is used only when another broker
-//! Y confirms it: Y names X as the id's coordinator in a FindCoordinator.
-//! Kafka's own rules give what such a confirmation is worth:
+//! Y confirms it: Y names X as the id's coordinator, in a FindCoordinator
+//! answer or as the leader of the id's `__transaction_state` partition in a
+//! Metadata answer (both from Y's metadata image; `coordinator` says which
+//! it sends). Kafka's own rules give what such a confirmation is worth:
 //! 1. a new coordinator Z can only mint after the controller made it leader
 //!    of the id's `__transaction_state` partition and it wrote the new pair
 //!    there with acks=all, with `transaction.state.log.min.isr` (2 by
 //!    default) in-sync replicas; a follower fetches from Z only after it
 //!    applied that leadership change to its metadata, which FindCoordinator
-//!    answers from;
+//!    and Metadata answer from;
 //! 2. so a broker Y that is a replica of that partition (every broker, in a
 //!    cluster no larger than the replication factor) names Z, not X, once a
 //!    newer pair exists, unless Y too is paused: a failure of two brokers
@@ -55,38 +57,44 @@
 //! that carries k: Y may have answered before t, X may have been deposed
 //! and a newer pair minted between that answer and t, and X, paused and
 //! back, answer the old pair; the window (ii) bounds the other side, the
-//! time between X's answer and Y's. So one FindCoordinator confirms at once
+//! time between X's answer and Y's. So one confirmation confirms at once
 //! every batch of every coordinator that was taken before it was sent.
 //!
-//! *The stream* (`state::confirms`, sent by `coordinator`): when its
-//! describe goes out, a batch joins the stream; one confirmation is in
-//! flight for the whole client, and the next is sent as soon as it returns
-//! and a batch waits, carrying the ids of every batch waiting — (i) holds
-//! because a batch only joins requests built after it started waiting. Its
-//! coordinator's next describe does not wait: the batch's answers wait for
-//! their confirmation in a task of their own. At concurrency, each
-//! confirmation covers the batches of every coordinator but one, about one
-//! confirmation per round trip for the cluster instead of one per describe;
-//! a lone check's describe and confirmation go out together.
+//! *The rounds* (the loop in `KafkaClient::rounds`; the waiting batches
+//! and the confirmation in flight are `state::confirms`, the request is
+//! sent by `coordinator`). One confirmation is in flight for the whole
+//! client. A round starts when the one before returned: every coordinator
+//! with ids waiting and no describe in flight gives its batch, the
+//! describes go out, and one confirmation carries the ids of all of them,
+//! built after they were taken, so (i) holds. A coordinator's next describe
+//! does not wait for a confirmation (its batch's answers wait for theirs in
+//! the describe's task), but its ids that arrive while a confirmation is in
+//! flight wait for the next round rather than go in a describe of their
+//! own: that describe's answers could not be confirmed before the next
+//! round's confirmation anyway, and waiting gathers them in one batch. At
+//! concurrency a round is one confirmation for the batches of every
+//! coordinator but one; a lone check's describe and confirmation go out
+//! together, in one task.
 //! - *A confirming broker that coordinates too* cannot confirm itself (a
-//!   paused Y answers FindCoordinator from the same stale metadata as its
-//!   describes): a request to Y carries no batch of Y, which waits for the
-//!   next request. The next request never goes to the coordinator of the
-//!   oldest batch waiting, so every batch is carried by the first or the
-//!   second request sent after it joined.
-//! - *A confirmation that fails* (no connection, no answer in time) hands
-//!   its batches to the next request, sent to another broker at once (the
-//!   failed one backs off and is asked last); one slower than the hedge
-//!   delay frees the stream for the next one, and each batch takes the
-//!   first answer that comes. A batch without an answer within the window
-//!   is not confirmed: its answers become retriable errors, asked again
-//!   until the caller's deadline, never believed.
+//!   paused Y answers from the same stale metadata as its describes): the
+//!   round sends no batch of Y; it is taken in the next round, which never
+//!   confirms with Y again while another broker can. Y is chosen as the
+//!   broker whose own batches wait least.
+//! - *A confirmation that fails* (no connection, no answer, an error)
+//!   fails its batches' answers as retriable errors: asked again after the
+//!   caller's backoff, in a later round, never believed. One slower than
+//!   the hedge delay no longer holds the rounds: the next round goes to
+//!   another broker (the slow one is ranked last, brokers in reconnect
+//!   backoff are not asked) and carries the slow one's batches too; each
+//!   batch takes the first answer. A batch without an answer within the
+//!   window is not confirmed.
 //! - *An answer that names another broker* (or an error) for an id leaves
 //!   that id's answer unconfirmed: asked again, at the broker named.
 //! - *One broker*: a cluster that never listed a second broker has nowhere
-//!   to move a coordinator to, and is not confirmed. A batch no broker but
-//!   its coordinator could confirm (the others in reconnect backoff, or
-//!   unknown) fails at once, retriably.
+//!   to move a coordinator to: no rounds, each coordinator's describes go
+//!   batch after batch, unconfirmed. When no broker but a batch's
+//!   coordinator can be asked (the others in reconnect backoff), the batch
+//!   fails at once, retriably.
 //!
 //! **Monotonic answers.** As a second line, a caller may give a floor per id:
 //! the highest pair it has seen from any source. An answer below it comes

@@ -48,6 +48,8 @@ pub struct Metrics {
     pub cluster_changes: IntCounter,
     /// Coordinator lookups (FindCoordinator, not confirmations).
     pub coordinator_lookups: IntCounter,
+    /// Confirmations of describes sent.
+    pub confirmations: IntCounter,
     /// Records of the topic that did not decode, by part.
     pub malformed_records: IntCounterVec,
     /// Constant 1, labelled with the version.
@@ -143,6 +145,10 @@ impl Metrics {
             "krabka_cluster_changes_total",
             "Times the cluster id behind the bootstrap servers changed; caches were cleared.",
         )?;
+        let confirmations = IntCounter::new(
+            "krabka_describe_confirmations_total",
+            "Confirmations sent: requests asking a broker other than the coordinators which broker coordinates the ids of the describe batches waiting (FindCoordinator, or Metadata of __transaction_state).",
+        )?;
         let coordinator_lookups = IntCounter::new(
             "krabka_coordinator_lookups_total",
             "Coordinator lookups sent (one batched FindCoordinator each; the confirmations of describes are not counted).",
@@ -174,6 +180,7 @@ impl Metrics {
             Box::new(stale_answers.clone()),
             Box::new(cluster_changes.clone()),
             Box::new(coordinator_lookups.clone()),
+            Box::new(confirmations.clone()),
             Box::new(malformed_records.clone()),
             Box::new(build_info.clone()),
         ] {
@@ -212,6 +219,7 @@ impl Metrics {
             stale_answers,
             cluster_changes,
             coordinator_lookups,
+            confirmations,
             malformed_records,
             build_info,
         })
@@ -261,6 +269,10 @@ impl RequestObserver for Metrics {
 
     fn coordinator_lookup(&self, _keys: usize) {
         self.coordinator_lookups.inc();
+    }
+
+    fn confirmation(&self, _ids: usize) {
+        self.confirmations.inc();
     }
 
     fn cluster_changed(&self) {
