@@ -1022,8 +1022,9 @@ killed coordinator were correct again after {opt(sr.get('p50_s'), 2)} s (p50 of 
 {opt(sr.get('p90_s'), 2)} s (p90), all of them: {secs(recovered)}
 ({sr['failed']:,} of {sr['checks']:,} probe checks of them failed). The service's
 counters, as differences of `/metrics` samples (FindCoordinator requests
-count the lookups and the confirmations of describes; one coordinator is
-affected, so each figure is also per affected coordinator):
+count the lookups and the confirmations of one or two ids, larger
+confirmations are Metadata requests; one coordinator is affected, so each
+figure is also per affected coordinator):
 
 {storm_table}
 
