@@ -213,10 +213,10 @@ impl KafkaClient {
     }
 
     /// Sends one confirmation and hands its answer to the stream. Returns
-    /// when it is answered, or when it has been in flight for the hedge
-    /// delay: then it goes on in a task of its own, and the stream is free
-    /// for the next one, which carries its waiters too.
-    pub(crate) async fn confirm(&self, request: ConfirmRequest) {
+    /// true when it is answered, false when it has been in flight for the
+    /// hedge delay: then it goes on in a task of its own, and the stream is
+    /// free for the next one, which carries its waiters too.
+    pub(crate) async fn confirm(&self, request: ConfirmRequest) -> bool {
         let number = request.number;
         let client = self.clone();
         let mut call = Box::pin(async move {
@@ -224,10 +224,11 @@ impl KafkaClient {
             client.state().confirms().done(request, answer);
         });
         tokio::select! {
-            () = &mut call => {}
+            () = &mut call => true,
             () = tokio::time::sleep(self.config().hedge_after) => {
                 self.state().confirms().slow(number);
                 tokio::spawn(call);
+                false
             }
         }
     }

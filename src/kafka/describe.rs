@@ -386,20 +386,37 @@ impl KafkaClient {
                 })
                 .collect();
             // One batch (a lone check): its describe and the confirmation
-            // in this task. More: each describe in a task of its own, so
-            // the next round does not wait for the slowest coordinator.
+            // in this task, without a task switch. More: each describe in a
+            // task of its own, so the next round does not wait for the
+            // slowest coordinator.
+            // True unless the confirmation was slower than the hedge delay.
             let confirm = async {
-                if let Some(request) = request {
-                    self.confirm(request).await;
+                match request {
+                    Some(request) => self.confirm(request).await,
+                    None => true,
                 }
             };
-            if describes.len() == 1 {
-                let describe = describes.pop();
-                tokio::join!(confirm, async {
-                    if let Some(d) = describe {
-                        d.await;
+            if describes.len() == 1
+                && let Some(describe) = describes.pop()
+            {
+                // Until the confirmation is answered or slow: a slow one
+                // must not hold the next round, which carries its batch.
+                let mut describe: futures::future::BoxFuture<'static, ()> = Box::pin(describe);
+                tokio::pin!(confirm);
+                let mut described = false;
+                let answered = loop {
+                    tokio::select! {
+                        () = &mut describe, if !described => described = true,
+                        answered = &mut confirm => break answered,
                     }
-                });
+                };
+                if !described {
+                    if answered {
+                        describe.await;
+                    } else {
+                        tokio::spawn(describe);
+                    }
+                }
             } else {
                 for describe in describes {
                     tokio::spawn(describe);

@@ -314,16 +314,16 @@ fn is_confirmation(header: &RequestHeader, body: &Bytes) -> bool {
 /// Brokers 0, 1, … answering DescribeTransactions with `pairs[broker]`
 /// for every id, and FindCoordinator (and Metadata of the one partition of
 /// `__transaction_state`) with the broker `named` holds as the coordinator
-/// of every id, as it stands when the request is read; each broker holds
-/// its answer to its first confirmation `first_confirmation` long.
+/// of every id, as it stands when the request is read; broker `b` holds
+/// its answer to its first confirmation `first_confirmation[b]` long.
 async fn scripted_brokers(
     pairs: &[(i64, i16)],
     named: Arc<AtomicUsize>,
-    first_confirmation: Duration,
+    first_confirmation: &[Duration],
 ) -> Vec<FakeBroker> {
     let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     let mut brokers = Vec::new();
-    for &(pid, epoch) in pairs {
+    for (&(pid, epoch), &first_confirmation) in pairs.iter().zip(first_confirmation) {
         let (addrs, named) = (addrs.clone(), named.clone());
         let script = Arc::new(move |header: &RequestHeader, body| {
             let addrs = addrs.lock().unwrap().clone();
@@ -380,7 +380,7 @@ async fn scripted_brokers(
 
 /// Two brokers, both naming broker 1 the coordinator of every id.
 async fn two_brokers(pairs: [(i64, i16); 2]) -> Vec<FakeBroker> {
-    scripted_brokers(&pairs, Arc::new(AtomicUsize::new(1)), Duration::ZERO).await
+    scripted_brokers(&pairs, Arc::new(AtomicUsize::new(1)), &[Duration::ZERO; 2]).await
 }
 
 #[tokio::test]
@@ -429,7 +429,7 @@ async fn stale_answer_confirmed_before_the_check_arrived(ids: &[&str]) {
     let brokers = scripted_brokers(
         &[(7, 2), (7, 1), (7, 2)],
         named.clone(),
-        Duration::from_millis(600),
+        &[Duration::from_millis(600); 3],
     )
     .await;
     let mut config = ClientConfig::new([brokers[0].addr.as_str()]);
@@ -496,6 +496,46 @@ async fn stale_answer_confirmed_before_the_check_arrived(ids: &[&str]) {
     assert_eq!(first, vec![(7, 1); ids.len()]);
     assert_eq!(brokers[1].requests(ApiKey::DescribeTransactions).len(), 2);
     assert_eq!(brokers[2].requests(ApiKey::DescribeTransactions).len(), 1);
+}
+
+#[tokio::test]
+async fn a_lone_check_whose_confirming_broker_hangs_costs_a_hedge_not_the_window() {
+    // Broker 1 coordinates "r"; broker 0 holds its first confirmation 10 s
+    // (hung), broker 2 answers at once. A lone check whose confirmation
+    // went to broker 0 is confirmed by the next round, at broker 2, once
+    // the hedge delay passed: not after the 1.5 s window.
+    let brokers = scripted_brokers(
+        &[(7, 2), (7, 2), (7, 2)],
+        Arc::new(AtomicUsize::new(1)),
+        &[Duration::from_secs(10), Duration::ZERO, Duration::ZERO],
+    )
+    .await;
+    let coordinator = Broker {
+        id: 1,
+        addr: brokers[1].addr.clone(),
+    };
+    // The first confirmation goes to 0 or 2 at random: a fresh client
+    // each time, until one was sent to the hung broker.
+    for _ in 0..20 {
+        let client = client(&[&brokers[2].addr]);
+        client.refresh_metadata(&[]).await.unwrap();
+        client.state().learn(Lesson::CoordinatorFound {
+            key: "r",
+            broker: &coordinator,
+        });
+        let started = Instant::now();
+        let answer = client.describe_transaction("r").await.unwrap().unwrap();
+        let took = started.elapsed();
+        assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
+        if !brokers[0].requests(ApiKey::FindCoordinator).is_empty() {
+            assert!(
+                took < Duration::from_secs(1),
+                "the hung confirmation held the check {took:?}"
+            );
+            return;
+        }
+    }
+    panic!("no confirmation went to the hung broker in 20 checks");
 }
 
 /// An address nothing listens on.
