@@ -231,6 +231,17 @@ async fn the_ids_of_a_failed_coordinator_are_looked_up_once_per_backoff() {
     assert!((2..=5).contains(&after), "{after} lookups in 1.5 s");
 }
 
+/// Waits out `addr`'s reconnect backoff; panics when it lasts past 5 s
+/// (a backoff that never ends fails the test instead of hanging it).
+async fn until_unblocked(client: &KafkaClient, addr: &str) {
+    let waited = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(blocked) = client.state().nodes().blocked(addr) {
+            tokio::time::sleep(blocked.left).await;
+        }
+    });
+    waited.await.expect("the reconnect backoff ends within 5 s");
+}
+
 #[tokio::test]
 async fn a_broker_that_accepts_and_never_answers_backs_off_longer_each_time() {
     // What the kernel does for a SIGSTOPped broker: it accepts, nothing more.
@@ -248,9 +259,7 @@ async fn a_broker_that_accepts_and_never_answers_backs_off_longer_each_time() {
     let client = KafkaClient::new(config).unwrap();
     let mut blocks = Vec::new();
     for _ in 0..5 {
-        while let Some(blocked) = client.state().nodes().blocked(&addr) {
-            tokio::time::sleep(blocked.left).await;
-        }
+        until_unblocked(&client, &addr).await;
         assert!(client.connection(&addr).await.is_err());
         blocks.push(client.state().nodes().blocked(&addr).unwrap().left);
     }
@@ -624,9 +633,7 @@ async fn the_first_failure_per_address_is_a_warning_with_its_reason_and_repeats_
     let client = KafkaClient::new(config).unwrap();
     for _ in 0..4 {
         for addr in &addrs {
-            while let Some(blocked) = client.state().nodes().blocked(addr) {
-                tokio::time::sleep(blocked.left).await;
-            }
+            until_unblocked(&client, addr).await;
             assert!(client.connection(addr).await.is_err());
         }
     }

@@ -131,12 +131,18 @@ mod tests {
         let mut retry = Retry::new("op", &config, deadline);
         let error = KafkaError::broker("EndTxn", 51, None);
         let mut pauses = 0;
-        let gave_up = loop {
+        let mut gave_up = None;
+        // Bounded: a retry that never gives up fails here, not hangs.
+        for _ in 0..20 {
             match retry.pause(error.clone()).await {
                 Ok(()) => pauses += 1,
-                Err(e) => break e,
+                Err(e) => {
+                    gave_up = Some(e);
+                    break;
+                }
             }
-        };
+        }
+        let gave_up = gave_up.expect("gives up within 20 pauses");
         assert!((3..=4).contains(&pauses), "{pauses} pauses");
         assert!(Instant::now() < deadline, "never sleeps past the deadline");
         match gave_up {

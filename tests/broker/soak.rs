@@ -283,6 +283,15 @@ async fn a_soak_of_checks_across_failovers_has_no_wrong_verdict_and_flat_memory(
     );
     assert_eq!(by_status.get(&0), None, "every request was answered");
     assert!(answers.len() as u64 >= sent * 99 / 100);
+    // A 503 is never wrong, so a service answering nothing else would pass
+    // the audit: on a healthy broker almost every check gets a verdict
+    // (measured: none of 12,001 at 400/s was a 503).
+    let undecided = by_status.get(&503).copied().unwrap_or(0);
+    assert!(
+        undecided <= answers.len() / 100,
+        "{undecided} of {} checks answered 503",
+        answers.len()
+    );
     assert!(
         late_rss as f64 <= early_rss as f64 * 1.10,
         "memory grew from {early_rss} to {late_rss} KiB"

@@ -490,13 +490,11 @@ async fn roster_views_follow_the_topic() {
         .write_lease("orders", token, &lease("node-1", token))
         .await
         .unwrap();
-    let view = loop {
+    let view = within_5s("the lease in the view", async || {
         let (status, _, body) = call(&rig.app, get("/roles/orders")).await;
-        if status == StatusCode::OK && !body["lease"].is_null() {
-            break body;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        (status == StatusCode::OK && !body["lease"].is_null()).then_some(body)
+    })
+    .await;
     assert_eq!(view["lease"]["member"], "node-1");
     assert_eq!(view["lease"]["token"], token.to_string());
     assert_eq!(view["members"][0]["member"], "node-1");
@@ -521,22 +519,23 @@ async fn a_role_page_is_html_under_the_strict_policy_with_503_and_404_pages() {
     assert!(body.as_str().unwrap().contains("Not ready: "), "{body}");
     rig.cluster.set_unavailable(None);
     // Ready: an unknown role is a 404 page. Changes from here on are kept.
-    loop {
+    let (headers, body) = within_5s("a 404 page once ready", async || {
         let (status, headers, body) = call(&rig.app, get("/roles/orders/page")).await;
         if status == StatusCode::NOT_FOUND {
-            assert_eq!(headers[header::CONTENT_TYPE], "text/html; charset=utf-8");
-            assert!(headers.contains_key(header::CONTENT_SECURITY_POLICY));
-            assert!(
-                body.as_str()
-                    .unwrap()
-                    .contains("holds no record of role <code>orders</code>"),
-                "{body}"
-            );
-            break;
+            return Some((headers, body));
         }
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        None
+    })
+    .await;
+    assert_eq!(headers[header::CONTENT_TYPE], "text/html; charset=utf-8");
+    assert!(headers.contains_key(header::CONTENT_SECURITY_POLICY));
+    assert!(
+        body.as_str()
+            .unwrap()
+            .contains("holds no record of role <code>orders</code>"),
+        "{body}"
+    );
 
     let member = rig.cluster.transport();
     member.register("orders", "node-1", 1).await.unwrap();
@@ -545,13 +544,12 @@ async fn a_role_page_is_html_under_the_strict_policy_with_503_and_404_pages() {
         .write_lease("orders", token, &lease("node-1", token))
         .await
         .unwrap();
-    let (headers, page) = loop {
+    let (headers, page) = within_5s("the holder on the page", async || {
         let (status, headers, body) = call(&rig.app, get("/roles/orders/page")).await;
-        if status == StatusCode::OK && body.as_str().is_some_and(|b| b.contains("Held by")) {
-            break (headers, body.as_str().unwrap().to_owned());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        let page = body.as_str().filter(|b| b.contains("Held by"))?.to_owned();
+        (status == StatusCode::OK).then_some((headers, page))
+    })
+    .await;
     assert_eq!(headers[header::CONTENT_TYPE], "text/html; charset=utf-8");
     assert_eq!(headers[header::CACHE_CONTROL], "no-store");
     assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");

@@ -329,14 +329,27 @@ impl Drop for Members {
     }
 }
 
-/// One answer of the service.
+/// One check of the service and how it ended.
 #[derive(Clone, Debug)]
 pub struct Answer {
     pub role: String,
     pub token: FencingToken,
     pub sent: Instant,
     pub got: Instant,
-    pub status: u16,
+    /// The status, or why no answer came within [`CHECK_WAIT`].
+    pub status: Result<u16, String>,
+}
+
+/// How long a check waits for an answer: far past the service's request
+/// timeout (3 s), so a check without an answer is a service that is dead or
+/// hung, never one that is slow.
+pub const CHECK_WAIT: Duration = Duration::from_secs(10);
+
+impl Answer {
+    /// A verdict (200 or 409), not a 503 or a failure.
+    pub fn is_verdict(&self) -> bool {
+        matches!(self.status, Ok(200 | 409))
+    }
 }
 
 /// Checks of the holders' tokens (and of deposed ones) at a steady pace.
@@ -387,16 +400,16 @@ impl Load {
                     let sent = Instant::now();
                     let result = client
                         .get(format!("{url}/roles/{role}/authority?token={token}"))
-                        .timeout(Duration::from_secs(10))
+                        .timeout(CHECK_WAIT)
                         .send()
                         .await;
                     let got = Instant::now();
                     let (status, body) = match result {
                         Ok(r) => {
                             let status = r.status().as_u16();
-                            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+                            (Ok(status), r.json::<Value>().await.unwrap_or(Value::Null))
                         }
-                        Err(_) => (0, Value::Null),
+                        Err(e) => (Err(e.to_string()), Value::Null),
                     };
                     if let Some(current) = body["current"].as_str().and_then(|c| c.parse().ok()) {
                         known.seen(role, current, got);
@@ -422,7 +435,7 @@ impl Load {
     pub async fn finish(self) -> Vec<Answer> {
         let _ = self.stop.send(true);
         for task in self.tasks {
-            let _ = task.await;
+            task.await.expect("a check worker panicked");
         }
         Arc::try_unwrap(self.answers)
             .map(|m| m.into_inner().unwrap())
@@ -435,7 +448,7 @@ impl Load {
 pub fn wrong(answers: &[Answer], known: &Known) -> Vec<String> {
     let k = known.inner.lock().unwrap();
     let mut out = Vec::new();
-    for a in answers.iter().filter(|a| a.status == 200) {
+    for a in answers.iter().filter(|a| a.status == Ok(200)) {
         let newer_before = k
             .roles
             .get(&a.role)
@@ -467,7 +480,7 @@ pub fn unavailable(
     let mut out: BTreeMap<String, (usize, Duration, Duration)> = BTreeMap::new();
     for a in answers
         .iter()
-        .filter(|a| a.status == 503 && a.sent >= after)
+        .filter(|a| a.status == Ok(503) && a.sent >= after)
     {
         let at = a.sent - after;
         let entry = out.entry(a.role.clone()).or_insert((0, at, at));
@@ -476,6 +489,55 @@ pub fn unavailable(
         entry.2 = entry.2.max(a.got - after);
     }
     out
+}
+
+/// The answers that are neither a verdict nor a 503: checks that got no
+/// answer (the service dead or hung) and any other status. Each is a
+/// failure: the service answers every check, at worst with a 503.
+pub fn failures(answers: &[Answer]) -> Vec<String> {
+    answers
+        .iter()
+        .filter(|a| !a.is_verdict() && a.status != Ok(503))
+        .map(|a| format!("{} {}: {:?}", a.role, a.token, a.status))
+        .collect()
+}
+
+/// Per role of `roles`, the verdicts of checks sent after `after` (a role
+/// without one is there with 0).
+pub fn verdicts(answers: &[Answer], roles: &[String], after: Instant) -> BTreeMap<String, usize> {
+    let mut out: BTreeMap<String, usize> = roles.iter().map(|r| (r.clone(), 0)).collect();
+    for a in answers.iter().filter(|a| a.sent >= after && a.is_verdict()) {
+        *out.entry(a.role.clone()).or_default() += 1;
+    }
+    out
+}
+
+/// What every test under load requires of the answers: no wrong 200, no
+/// check without an answer or with another status than 200, 409 or 503,
+/// and at least `min` verdicts for each role from `after` on (a dead
+/// service, or one that answers nothing but 503, fails here).
+pub fn assert_sound(
+    answers: &[Answer],
+    known: &Known,
+    roles: &[String],
+    after: Instant,
+    min: usize,
+) {
+    let wrong = wrong(answers, known);
+    assert!(wrong.is_empty(), "wrong verdicts: {wrong:?}");
+    let failures = failures(answers);
+    assert!(
+        failures.is_empty(),
+        "{} of {} checks failed: {:?}",
+        failures.len(),
+        answers.len(),
+        &failures[..failures.len().min(10)]
+    );
+    let verdicts = verdicts(answers, roles, after);
+    assert!(
+        verdicts.values().all(|n| *n >= min),
+        "fewer than {min} verdicts for a role: {verdicts:?}"
+    );
 }
 
 pub async fn coordinator_id(client: &KafkaClient, role: &str) -> i32 {
@@ -526,6 +588,34 @@ impl Scene {
             workers,
         );
         (service, load)
+    }
+
+    /// Every role's holder is authoritative: the service at `url` answers
+    /// 200 for the token its holder holds now, within `within` (asked
+    /// again while the holder changes, or while the service cannot ask).
+    pub async fn holders_authoritative(&self, url: &str, within: Duration) {
+        let http = reqwest::Client::new();
+        let started = Instant::now();
+        for role in &self.roles {
+            loop {
+                let token = self.members.holders.current(role).expect("a holder");
+                let answer = http
+                    .get(format!("{url}/roles/{role}/authority?token={token}"))
+                    .timeout(CHECK_WAIT)
+                    .send()
+                    .await;
+                let last = match answer {
+                    Ok(r) if r.status() == 200 => break,
+                    Ok(r) => format!("{}: {}", r.status(), r.text().await.unwrap_or_default()),
+                    Err(e) => e.to_string(),
+                };
+                assert!(
+                    started.elapsed() < within,
+                    "{role}: its holder's {token} is not authoritative within {within:?}: {last}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
     }
 
     /// The roles whose transaction coordinator is broker `id`.
