@@ -13,6 +13,12 @@
 //! waiters too; each waiter takes the first answer that names its ids (as
 //! `send_any` races a slow broker). A waiter whose last request failed
 //! gets the failure (its describe is asked again, after a backoff).
+//!
+//! The rounds of `describe` build their request with
+//! [`Confirms::request_to`] right after taking their batches; describes
+//! outside the rounds (batching off, or a sender that began before the
+//! cluster listed a second broker) are carried by
+//! [`Confirms::next_request`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
