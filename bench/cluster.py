@@ -1,9 +1,11 @@
 """bench/run --cluster: the section "On a three-broker cluster" of
 docs/benchmarks.md, from one run.
 
-    bench/run --cluster                 # about 7 minutes (the first run also builds BENCH_BEFORE)
+    bench/run --cluster                 # about 8 minutes (the first run also builds BENCH_BEFORE)
     BENCH_SECONDS=4 bench/run --cluster # shorter load phases (the failures keep their length)
     bench/run --cluster --report-only   # rewrite the section from target/bench-cluster-results.json
+    bench/run --cluster --price-only    # part 1 alone, printed (target/bench-cluster-price.json);
+                                        # docs/benchmarks.md is left as it is
 
 It starts a cluster of one controller and three brokers (scripts/kafka start
 --brokers 3, instance "bench-cluster"), mints 1,000 roles held by real tokens
@@ -11,10 +13,13 @@ as bench/run does, and measures:
 
  1. the price of confirmation: wrk against the service of this commit and of
     BENCH_BEFORE (default dfb26ea, the last commit before describes were
-    confirmed; built once into target/bench-before/<rev>/), side by side on
-    the same cluster, at concurrency 1, 64 and 512; and both at 64 on a
-    single node (instance "bench-cluster-single"), where nothing is confirmed:
-    checks, /healthz and roster views;
+    confirmed; exported with git archive and built once into
+    ~/.cache/krabka-authority/bench-before/<rev>/, outside this workspace),
+    side by side on the same cluster, at concurrency 1, 64 and 512; and both
+    at 64 on a single node (instance "bench-cluster-single"), where nothing
+    is confirmed: checks, /healthz and roster views. Per build: checks/s,
+    p50/p99, Kafka requests per 1,000 checks by API, and the service's CPU
+    per 1,000 requests, each over the measured runs only;
  2. a hung broker: the coordinator of some roles SIGSTOPped for 20 s while
     the service and Kafka's Java Admin (bench/java, same timeouts) check the
     same roles in an open loop; when each is correct again for the roles that
@@ -51,6 +56,9 @@ BROKERS = 3
 TOPIC = "bench-coordination"
 BEFORE = os.environ.get("BENCH_BEFORE", "dfb26ea")
 RESULTS = TARGET / "bench-cluster-results.json"
+PRICE_RESULTS = TARGET / "bench-cluster-price.json"
+BEFORE_DIR = Path(os.environ.get("KRABKA_BENCH_BEFORE_DIR",
+                                 Path.home() / ".cache/krabka-authority/bench-before"))
 
 HANG_S = 20          # how long the coordinator is SIGSTOPped
 KILL_S = 15          # how long the killed coordinator stays down
@@ -84,8 +92,9 @@ def main(args):
     if args == ["--report-only"]:
         report(json.loads(RESULTS.read_text()))
         return
-    if args:
-        sys.exit("usage: bench/run --cluster [--report-only]")
+    price_only = args == ["--price-only"]
+    if args and not price_only:
+        sys.exit("usage: bench/run --cluster [--report-only | --price-only]")
     for tool in ["cargo", "java", "mvn", "wrk", "git"]:
         if not shutil.which(tool):
             sys.exit(f"bench: {tool} is required (wrk: apt-get install wrk)")
@@ -119,6 +128,13 @@ def main(args):
         warm({"after": after, "before": old}, paths)
         results["price"] = price_of_confirmation(after, old, paths)
         old.stop()
+        if price_only:
+            results["load"].append(os.getloadavg()[0])
+            PRICE_RESULTS.write_text(json.dumps(results, indent=2))
+            text, _, targets = render_price(results)
+            print(text + "\n" + targets)
+            say("wrote", PRICE_RESULTS)
+            return
         results["hang"] = hung_broker(bootstrap, roles, roles_file, after, work)
         results["storm"] = storm(bootstrap, roles, roles_file, after, paths, work)
     finally:
@@ -132,11 +148,13 @@ def main(args):
 
 def build_before():
     """The service of BENCH_BEFORE, exported with git archive and built once
-    into target/bench-before/<rev>/ (BENCH_BEFORE_BIN: an existing build)."""
+    into BEFORE_DIR/<rev>/ (BENCH_BEFORE_BIN: an existing build). Outside
+    this checkout: inside it, cargo would take the export for a member of
+    this workspace."""
     if os.environ.get("BENCH_BEFORE_BIN"):
         return Path(os.environ["BENCH_BEFORE_BIN"])
     rev = output(["git", "rev-parse", "--short", BEFORE])
-    base = TARGET / "bench-before" / rev
+    base = BEFORE_DIR / rev
     src = base / "src"
     if not (src / "Cargo.toml").exists():
         src.mkdir(parents=True, exist_ok=True)
@@ -153,9 +171,9 @@ def stop_instance(name):
 
 
 def mint(bootstrap, out):
-    """ROLES roles held by real tokens, as bench/run mints them (bench_mint
-    talks to the first broker; the topic has 16 partitions, replication 1)."""
-    run([str(TARGET / "release/examples/bench_mint"), "--bootstrap", bootstrap.split(",")[0],
+    """ROLES roles held by real tokens, as bench/run mints them (the topic
+    has 16 partitions and the cluster's replication: 3 on three brokers)."""
+    run([str(TARGET / "release/examples/bench_mint"), "--bootstrap", bootstrap,
          "--topic", TOPIC, "--roles", str(ROLES), "--out", out])
     return out
 
@@ -221,50 +239,92 @@ def warm(services, paths):
 
 def alternating(services, paths, c, order):
     """wrk runs of SECONDS/2 at concurrency c against services[label] for
-    each label of `order`; per label the runs combined."""
+    each label of `order` (each after WARMUP s of load on that service);
+    per label the runs combined. The service's counters and CPU time are
+    sampled around the measured run alone."""
     runs = {label: [] for label in services}
     for label in order:
         service = services[label]
+        subprocess.run(wrk_command(service.url, c, WARMUP), env=wrk_env(paths), check=True,
+                       stdout=subprocess.DEVNULL)
         m0, cpu0 = service.metrics(), cpu_seconds(service.proc.pid)
-        r = wrk(service.url, paths, c, max(2, SECONDS // 2))
-        r["kafka"] = kafka_per_check(m0, service.metrics(), cpu_seconds(service.proc.pid) - cpu0)
+        r = wrk(service.url, paths, c, max(2, SECONDS // 2), warmup=0)
+        r["kafka"] = kafka_counts(m0, service.metrics(), cpu_seconds(service.proc.pid) - cpu0)
         runs[label].append(r)
-        say(f"c={c}", label, r)
+        say(f"c={c}", label, {k: v for k, v in r.items() if k != "kafka"})
     return {label: combine(rs) for label, rs in runs.items()}
 
 
 def combine(runs):
-    """Runs of one build: checks/s and p50 averaged, the worse p99, every
-    error; the Kafka figures over all runs."""
+    """Runs of one build: requests/s and p50 averaged, the worse p99, every
+    error; the Kafka and CPU figures over all runs, per 1,000 requests (the
+    measured runs' requests: checks, or /healthz and view requests)."""
     n = len(runs)
-    kafka_ = {k: sum(r["kafka"][k] for r in runs) for k in runs[0]["kafka"]}
-    checks = max(kafka_["checks"], 1)
+    k = {}
+    for r in runs:
+        for key, v in r["kafka"].items():
+            if isinstance(v, dict):
+                for api, x in v.items():
+                    k.setdefault(key, {})
+                    k[key][api] = k[key].get(api, 0) + x
+            else:
+                k[key] = k.get(key, 0) + v
+    requests = sum(r["requests"] for r in runs)
+    per = 1000 / max(requests, 1)
+    apis = k.get("apis", {})
+    describe = apis.get("DescribeTransactions", 0)
     return {"throughput": sum(r["throughput"] for r in runs) / n,
             "p50_ms": sum(r["p50_ms"] for r in runs) / n,
             "p99_ms": max(r["p99_ms"] for r in runs),
-            "requests": sum(r["requests"] for r in runs),
+            "requests": requests,
             "errors": sum(r["errors"] for r in runs),
             "rounds": [round(r["throughput"]) for r in runs],
-            "kafka": {"checks": kafka_["checks"],
-                      "describe_per_1000": 1000 * kafka_["describe"] / checks,
-                      "find_coordinator_per_1000": 1000 * kafka_["find_coordinator"] / checks,
-                      "ids_per_describe": kafka_["ids"] / kafka_["batches"] if kafka_["batches"] else None,
-                      "describe_ms": 1000 * kafka_["describe_s"] / kafka_["describe"] if kafka_["describe"] else None,
-                      "find_coordinator_ms": (1000 * kafka_["find_coordinator_s"] / kafka_["find_coordinator"]
-                                              if kafka_["find_coordinator"] else None),
-                      "cpu_ms_per_1000": 1e6 * kafka_["cpu_s"] / checks}}
+            "kafka": {"checks": k["checks"],
+                      "per_1000_by_api": {api: x * per for api, x in sorted(apis.items()) if x},
+                      "describe_per_1000": describe * per,
+                      "find_coordinator_per_1000": apis.get("FindCoordinator", 0) * per,
+                      "confirmations_per_1000": k["confirmations"] * per,
+                      "confirmations_per_describe": k["confirmations"] / describe if describe else None,
+                      "ids_per_describe": k["ids"] / k["batches"] if k["batches"] else None,
+                      "ms_by_api": {api: 1000 * k["seconds"].get(api, 0) / x
+                                    for api, x in sorted(apis.items()) if x},
+                      "describe_ms": 1000 * k["seconds"].get("DescribeTransactions", 0) / describe
+                      if describe else None,
+                      "cpu_ms_per_1000": 1e6 * k["cpu_s"] / max(requests, 1)}}
 
 
-def kafka_per_check(m0, m1, cpu_s):
-    """What the service did between two /metrics samples (warm-up included):
-    checks, Kafka requests and their time, describe batches, CPU seconds."""
+def by_label(samples, name, label):
+    """{label value: the sum of `name`'s samples with it}."""
+    out = {}
+    for (n, labels), v in samples.items():
+        if n == name:
+            key = dict(labels).get(label)
+            if key is not None:
+                out[key] = out.get(key, 0) + v
+    return out
+
+
+def kafka_counts(m0, m1, cpu_s):
+    """What the service did between two /metrics samples: checks, Kafka
+    requests by API and their time, describe batches, confirmations, CPU
+    seconds. A confirmation is a FindCoordinator that is not a coordinator
+    lookup, unless the build counts them itself
+    (krabka_describe_confirmations_total)."""
     def diff(name, **labels):
         return metric_sum(m1, name, **labels) - metric_sum(m0, name, **labels)
+
+    def diff_by(name, label):
+        a, b = by_label(m0, name, label), by_label(m1, name, label)
+        return {key: b[key] - a.get(key, 0) for key in b}
+    apis = diff_by("krabka_kafka_requests_total", "api")
+    if any(n == "krabka_describe_confirmations_total" for n, _ in m1):
+        confirmations = diff("krabka_describe_confirmations_total")
+    else:
+        confirmations = max(0, apis.get("FindCoordinator", 0) - diff("krabka_coordinator_lookups_total"))
     return {"checks": diff("krabka_authority_checks_total"),
-            "describe": diff("krabka_kafka_requests_total", api="DescribeTransactions"),
-            "find_coordinator": diff("krabka_kafka_requests_total", api="FindCoordinator"),
-            "describe_s": diff("krabka_kafka_request_duration_seconds_sum", api="DescribeTransactions"),
-            "find_coordinator_s": diff("krabka_kafka_request_duration_seconds_sum", api="FindCoordinator"),
+            "apis": apis,
+            "seconds": diff_by("krabka_kafka_request_duration_seconds_sum", "api"),
+            "confirmations": confirmations,
             "ids": diff("krabka_describe_batch_size_sum"),
             "batches": diff("krabka_describe_batch_size_count"),
             "cpu_s": cpu_s}
@@ -670,14 +730,132 @@ def report(results):
         section += "\n" + notes.read_text()
     write_doc(cluster=section)
     print(section)
-    say("wrote docs/benchmarks.md (its cluster section) and", RESULTS.relative_to(ROOT))
+    say("wrote docs/benchmarks.md (its cluster section) and", RESULTS)
+
+
+def render_price(results):
+    """Part 1 as markdown, and its targets as (name, measured, met)."""
+    before, price, single = results["before"], results["price"], results["single"]
+    half = max(2, results["seconds"] // 2)
+    if "checks" not in single:  # results of a run before the HTTP rows
+        single = {"checks": single}
+
+    def opt(x, digits=1):
+        return "n/a" if x is None else fmt(x, digits)
+
+    def ratio(a, b, key="throughput"):
+        return a[key] / b[key] if b[key] else float("nan")
+
+    rows = [(f"3 brokers, c={c}", price[str(c)]) for c in CONCURRENCY]
+    rows.append(("single node, c=64", single["checks"]))
+    apis = sorted({api for _, pair in rows for r in pair.values()
+                   for api in r["kafka"].get("per_1000_by_api", {})},
+                key=lambda a: ({"DescribeTransactions": 0, "FindCoordinator": 1}.get(a, 2), a))
+    head = ("| checks | build | checks/s | p50 ms | p99 ms | errors | service CPU ms per 1,000 | "
+            + " | ".join(f"{a} per 1,000" for a in apis) + " | confirmations per describe |")
+    lines = [head, "|---|---|" + "---:|" * (6 + len(apis))]
+    for label, pair in rows:
+        for build in ["after", "before"]:
+            r = pair[build]
+            k = r["kafka"]
+            by_api = k.get("per_1000_by_api", {})
+            name = "after" if build == "after" else f"before ({before['rev']})"
+            lines.append(f"| {label} | {name} | {fmt(r['throughput'], 0)} | {fmt(r['p50_ms'], 2)} | "
+                         f"{fmt(r['p99_ms'], 2)} | {r['errors']} | {fmt(k['cpu_ms_per_1000'], 1)} | "
+                         + " | ".join(opt(by_api.get(a, 0.0)) for a in apis)
+                         + f" | {opt(k.get('confirmations_per_describe'), 2)} |")
+    checks_table = "\n".join(lines)
+
+    http_lines = ["| path, single node, c=64 | build | requests/s | p50 ms | p99 ms | errors | "
+                  "service CPU ms per 1,000 |", "|---|---|---:|---:|---:|---:|---:|"]
+    for key, label in [("healthz", "`/healthz` (the HTTP floor)"),
+                       ("views", "roster views `GET /roles/{role}`")]:
+        if key not in single:
+            continue
+        for build in ["after", "before"]:
+            r = single[key][build]
+            http_lines.append(f"| {label} | {build} | {fmt(r['throughput'], 0)} | {fmt(r['p50_ms'], 2)} | "
+                              f"{fmt(r['p99_ms'], 2)} | {r['errors']} | {fmt(r['kafka']['cpu_ms_per_1000'], 1)} |")
+    http_table = "\n".join(http_lines)
+
+    ratio_lines = ["| after / before | checks/s (requests/s) | p50 | service CPU per request |",
+                   "|---|---:|---:|---:|"]
+    measures = [(label, pair) for label, pair in rows]
+    measures += [(f"single node `/healthz`, c=64", single["healthz"])] if "healthz" in single else []
+    measures += [(f"single node roster views, c=64", single["views"])] if "views" in single else []
+    for label, pair in measures:
+        a, b = pair["after"], pair["before"]
+        cpu = a["kafka"]["cpu_ms_per_1000"] / b["kafka"]["cpu_ms_per_1000"] \
+            if b["kafka"]["cpu_ms_per_1000"] else float("nan")
+        ratio_lines.append(f"| {label} | {ratio(a, b):.2f} × | {ratio(a, b, 'p50_ms'):.2f} × | {cpu:.2f} × |")
+    ratio_table = "\n".join(ratio_lines)
+
+    k64 = price["64"]["after"]["kafka"]
+    per_describe = k64.get("confirmations_per_describe") or 0.0
+    targets = [
+        ("3 brokers: checks/s ≥ 0.90 × at c=64", f"{ratio(*[price['64'][x] for x in ('after', 'before')]):.2f} ×",
+         ratio(price["64"]["after"], price["64"]["before"]) >= 0.90),
+        ("3 brokers: checks/s ≥ 0.90 × at c=512",
+         f"{ratio(price['512']['after'], price['512']['before']):.2f} ×",
+         ratio(price["512"]["after"], price["512"]["before"]) >= 0.90),
+        ("3 brokers: p50 at c=1 ≤ 1.25 ×",
+         f"{ratio(price['1']['after'], price['1']['before'], 'p50_ms'):.2f} ×",
+         ratio(price["1"]["after"], price["1"]["before"], "p50_ms") <= 1.25),
+        ("confirmations ≤ 0.35 per DescribeTransactions at c=64 on 3 brokers",
+         f"{per_describe:.2f}", per_describe <= 0.35),
+        ("single node: checks/s ≥ 0.97 × at c=64",
+         f"{ratio(single['checks']['after'], single['checks']['before']):.2f} ×",
+         ratio(single["checks"]["after"], single["checks"]["before"]) >= 0.97),
+    ]
+    if "healthz" in single:
+        h = ratio(single["healthz"]["after"], single["healthz"]["before"])
+        per_check = single["checks"]["after"]["kafka"]["cpu_ms_per_1000"]
+        per_health = single["healthz"]["after"]["kafka"]["cpu_ms_per_1000"]
+        targets += [("single node: `/healthz` ≥ 0.97 × at c=64", f"{h:.2f} ×", h >= 0.97),
+                    ("service CPU per check ≤ 1.6 × per `/healthz` (single node, c=64)",
+                     f"{per_check / per_health:.2f} × ({per_check:.1f} against {per_health:.1f} ms per 1,000)",
+                     per_check <= 1.6 * per_health)]
+    rounds = "; ".join(f"{label} " + ", ".join(f"{x:,}" for x in price["64"][label]["rounds"])
+                       for label in ["after", "before"])
+    target_table = "\n".join(["| target (issue 24) | measured | met |", "|---|---:|:---:|"] +
+                             [f"| {n} | {v} | {'yes' if ok else 'NO'} |" for n, v, ok in targets])
+    k_before = price["64"]["before"]["kafka"]
+    text = f"""### The price of confirmation
+
+On a cluster that ever listed more than one broker, the service of this
+commit uses a coordinator's DescribeTransactions answer only when another
+broker confirms it (see `src/kafka/describe.rs`); the build before does not.
+Both services run side by side against the same cluster and roles; wrk
+rotates over the {results['roles']:,} checks as in *Authority checks*. After {WARM_S} s of
+unmeasured load on each build, each concurrency has four alternating runs
+(after, before, before, after; eight at 64) of {half} s, each after {WARMUP} s of
+warm-up of its own: requests/s and p50 are the mean of a build's runs, p99
+the worst, errors the sum; the service's Kafka requests (from `/metrics`)
+and CPU time (user + system of its process) are counted over the measured
+runs alone, per 1,000 requests. On a single node (a broker of its own, the
+same roles minted there) nothing is confirmed: the reference rows, and the
+paths without a Kafka request. All rows come from this run; compare them
+with each other, not with *Authority checks* above (another run, another
+load on the machine: load average {results['load'][0]:.1f} at the start of this run,
+{results['load'][-1]:.1f} at its end).
+
+{checks_table}
+
+At c=64 on three brokers the runs gave (checks/s) {rounds}; the service of
+this commit sent {opt(k64['confirmations_per_1000'])} confirmations per 1,000 checks
+({opt(k64['ids_per_describe'])} ids per DescribeTransactions; mean round trip
+{opt(k64['describe_ms'], 2)} ms), the build before none ({opt(k_before['ids_per_describe'])} ids; {opt(k_before['describe_ms'], 2)} ms).
+
+{http_table}
+
+{ratio_table}
+"""
+    return text, targets, target_table
 
 
 def render(results):
     m, ver, before = results["machine"], results["versions"], results["before"]
-    price, single = results["price"], results["single"]
     hang, st = results["hang"], results["storm"]
-    half = max(2, results["seconds"] // 2)
 
     def opt(x, digits=1):
         return "n/a" if x is None else fmt(x, digits)
@@ -685,42 +863,7 @@ def render(results):
     def secs(x):
         return "not within the phase" if x is None else f"{x:.2f} s"
 
-    # 1. The price of confirmation.
-    def row(label, c, r):
-        return (f"| {label} | {c} | {fmt(r['throughput'], 0)} | {fmt(r['p50_ms'], 2)} | "
-                f"{fmt(r['p99_ms'], 2)} | {r['errors']} | {fmt(r['kafka']['cpu_ms_per_1000'], 0)} |")
-    lines = ["| service | concurrency | checks/s | p50 ms | p99 ms | errors | service CPU ms per 1,000 checks |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for c in CONCURRENCY:
-        lines.append(row("after (this commit), 3 brokers", c, price[str(c)]["after"]))
-        lines.append(row(f"before ({before['rev']}), 3 brokers", c, price[str(c)]["before"]))
-    if "checks" not in single:  # results of a run before the HTTP rows
-        single = {"checks": single}
-    lines.append(row("after, single node (nothing confirmed)", 64, single["checks"]["after"]))
-    lines.append(row(f"before ({before['rev']}), single node", 64, single["checks"]["before"]))
-    price_table = "\n".join(lines)
-    r64 = price["64"]["after"]["throughput"] / price["64"]["before"]["throughput"]
-    single_ratio = single["checks"]["after"]["throughput"] / single["checks"]["before"]["throughput"]
-    http_lines = ["| path, single node, concurrency 64 | build | requests/s | p50 ms | p99 ms | errors |",
-                  "|---|---|---:|---:|---:|---:|"]
-    http_ratios = []
-    for key, label in [("healthz", "`/healthz` (the HTTP floor)"), ("views", "roster views `GET /roles/{role}`")]:
-        if key not in single:
-            continue
-        for build in ["after", "before"]:
-            r = single[key][build]
-            http_lines.append(f"| {label} | {build} | {fmt(r['throughput'], 0)} | {fmt(r['p50_ms'], 2)} | "
-                              f"{fmt(r['p99_ms'], 2)} | {r['errors']} |")
-        http_ratios.append(f"{label} {single[key]['after']['throughput'] / single[key]['before']['throughput']:.2f} ×")
-    http_table = ("\nOn the same single node, both builds side by side on the paths without a\n"
-                  "Kafka request (four alternating runs each, as above):\n\n"
-                  + "\n".join(http_lines) + "\n\nAfter / before: " + ", ".join(http_ratios) + ".\n"
-                  if http_ratios else "")
-    k_after, k_before = price["64"]["after"]["kafka"], price["64"]["before"]["kafka"]
-    rounds = "; ".join(f"{label} " + ", ".join(f"{x:,}" for x in price["64"][label]["rounds"])
-                       for label in ["after", "before"])
-    single_rounds = "; ".join(f"{label} " + ", ".join(f"{x:,}" for x in single["checks"][label]["rounds"])
-                              for label in ["after", "before"])
+    price_text, price_targets, _ = render_price(results)
 
     # 2. A hung broker.
     s, j = hang["service"], hang["java"]
@@ -788,7 +931,7 @@ def render(results):
     sr = st["recovery"]
 
     # Targets.
-    targets = [("checks/s, after ≥ 0.85 × before at 64 on 3 brokers", f"{r64:.2f} ×", r64 >= 0.85)]
+    targets = list(price_targets)
     sv, jv = s["recovered_s"], j["recovered_s"]
     targets.append(("hung coordinator: service correct again ≤ Java Admin + 1 s (all probed roles)",
                     f"{secs(sv)} vs {secs(jv)}",
@@ -808,47 +951,21 @@ the services, the load generators and the Java peer share:
 `scripts/kafka start --brokers 3` (Kafka {ver['kafka']}: one controller and three
 brokers; `__transaction_state` replicated 3 times with min ISR 2; Kafka's
 defaults otherwise, e.g. `broker.session.timeout.ms` 9 s). {results['roles']:,} roles are
-minted as in bench/run (topic `{TOPIC}`, 16 partitions, replication 1; a
+minted as in bench/run (topic `{TOPIC}`, 16 partitions, replication 3; a
 registration and a lease under a fresh token each). The services run with
 their defaults: Kafka request timeout 5 s, HTTP request timeout 5 s,
 `--roster-ttl` 1 s.
 
 - Reproduce: `bench/run --cluster` (wrk and the Java peer as above; it builds
-  commit {before['rev']} once into `target/bench-before/`; set `KRABKA_KAFKA_STATE` to
-  keep its brokers apart from others'). `bench/run --cluster --report-only`
-  rewrites this section from `target/bench-cluster-results.json`.
+  commit {before['rev']} once into `~/.cache/krabka-authority/bench-before/`; set
+  `KRABKA_KAFKA_STATE` to keep its brokers apart from others').
+  `bench/run --cluster --report-only` rewrites this section from
+  `target/bench-cluster-results.json`; `bench/run --cluster --price-only`
+  runs the side-by-side part alone and prints it.
 - Builds: *after* = {ver['krabka-authority']} at this commit; *before* = {before['version']}
   at {before['rev']}, the last commit before the client confirmed describes.
 
-### The price of confirmation
-
-On a cluster that ever listed more than one broker, the service of this
-commit confirms every DescribeTransactions batch sent to coordinator X with
-a FindCoordinator of the same ids sent to another broker at the same time;
-the build before does not. Both services run side by side against the same
-cluster and roles; wrk rotates over the {results['roles']:,} checks as in *Authority
-checks*. After {WARM_S} s of unmeasured load on each build, each concurrency has four alternating runs (after, before, before,
-after; eight at 64) of {half} s after {WARMUP} s of warm-up: checks/s and p50 are
-the mean of a build's runs, p99 the worst, errors the sum. On a single node
-(a broker of its own, the same roles minted there) nothing is confirmed:
-the reference rows, four alternating runs at 64. All rows come from this
-run; compare them with each other, not with *Authority checks* above (another
-run, another load on the machine: load average {results['load'][0]:.1f} at the start
-of this run, {results['load'][1]:.1f} at its end).
-
-{price_table}
-
-After / before at concurrency 64: **{r64:.2f} ×** on three brokers (runs, checks/s:
-{rounds}), {single_ratio:.2f} × on a single node ({single_rounds}).
-At 64 on three brokers (from `/metrics`, warm-up included), per 1,000 checks
-the service of this commit sent {opt(k_after['describe_per_1000'])} DescribeTransactions and
-{opt(k_after['find_coordinator_per_1000'])} FindCoordinator ({opt(k_after['ids_per_describe'])} ids per DescribeTransactions; mean
-round trips {opt(k_after['describe_ms'], 2)} ms and {opt(k_after['find_coordinator_ms'], 2)} ms), the build before
-{opt(k_before['describe_per_1000'])} and {opt(k_before['find_coordinator_per_1000'])} ({opt(k_before['ids_per_describe'])} ids; {opt(k_before['describe_ms'], 2)} ms per
-DescribeTransactions). The service's CPU per check is in the last column
-(user + system time of its process over the runs, warm-up included).
-{http_table}
-
+{price_text}
 ### A hung broker, side by side with Kafka's Java Admin
 
 Broker {hang['victim']}, the coordinator of {hang['affected']:,} of the {hang['roles']:,} roles (found
@@ -886,8 +1003,10 @@ Roster views during the hang: `GET /roles/{{role}}` for one role of each of the
 {views['partitions']} partitions of `{TOPIC}` led by a healthy broker, every 200 ms
 ({views['polls']:,} requests, {views['not_200']} not 200): `view.ageMs` was at most
 **{opt(age, 0)} ms** (bound: `--roster-ttl` + 1 s = {bound:,} ms). The {views['hung_partitions']} partitions
-led by the hung broker (replication 1) were {opt(views['hung_age_ms_at_end'], 0)} ms old at the resume,
-as they must be: nothing can be read from them.
+led by the hung broker were {opt(views['hung_age_ms_at_end'], 0)} ms old at the resume (their
+replicas on the other brokers take over once the controller fences the hung
+broker, after `broker.session.timeout.ms`; until then nothing can be read
+from them).
 
 ### The storm
 
@@ -903,8 +1022,9 @@ killed coordinator were correct again after {opt(sr.get('p50_s'), 2)} s (p50 of 
 {opt(sr.get('p90_s'), 2)} s (p90), all of them: {secs(recovered)}
 ({sr['failed']:,} of {sr['checks']:,} probe checks of them failed). The service's
 counters, as differences of `/metrics` samples (FindCoordinator requests
-count the lookups and the confirmations of describes; one coordinator is
-affected, so each figure is also per affected coordinator):
+count the lookups and the confirmations of one or two ids, larger
+confirmations are Metadata requests; one coordinator is affected, so each
+figure is also per affected coordinator):
 
 {storm_table}
 

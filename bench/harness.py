@@ -181,11 +181,12 @@ def wrk_result(out):
             "errors": r["socket_errors"] + r["non2xx"]}
 
 
-def wrk(url, paths_file, concurrency, seconds=None):
-    """WARMUP seconds of load, then `seconds` (SECONDS) measured."""
+def wrk(url, paths_file, concurrency, seconds=None, warmup=WARMUP):
+    """`warmup` seconds of load, then `seconds` (SECONDS) measured."""
     env = wrk_env(paths_file)
-    subprocess.run(wrk_command(url, concurrency, WARMUP), env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    if warmup:
+        subprocess.run(wrk_command(url, concurrency, warmup), env=env, check=True,
+                       stdout=subprocess.DEVNULL)
     out = subprocess.run(wrk_command(url, concurrency, seconds or SECONDS), env=env,
                          check=True, stdout=subprocess.PIPE, text=True).stdout
     return wrk_result(out)

@@ -25,6 +25,11 @@ struct Args {
     topic: String,
     #[arg(long, default_value_t = 16)]
     partitions: i32,
+    /// Replicas of each partition; -1 (the default) takes the cluster's
+    /// `default.replication.factor` (3 on `scripts/kafka start --brokers 3`):
+    /// a topic of one replica on a cluster loses partitions with a broker.
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+    replication: i16,
     #[arg(long, default_value_t = 1000)]
     roles: usize,
     #[arg(long, default_value = "bench-role")]
@@ -48,7 +53,7 @@ async fn main() {
                 partitions: None,
                 create: Some(TopicSpec {
                     partitions: args.partitions,
-                    replication_factor: 1,
+                    replication_factor: args.replication,
                     configs: vec![],
                 }),
             },

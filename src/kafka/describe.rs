@@ -13,29 +13,25 @@
 //! frozen VM) and came back still answers from its memory until it has
 //! caught up with the metadata log, which may be after another broker took
 //! over as coordinator and minted a newer pair: a deposed token would look
-//! current. So each batch sent to coordinator X is confirmed: the same ids
-//! go in one FindCoordinator to another broker Y, sent together with the
-//! describe, and an answer of X is used only when Y names X as the id's
-//! coordinator and Y's answer arrived within [`CONFIRM_WINDOW`] of sending
-//! the describe. The argument, from Kafka's own rules:
+//! current. So an answer of coordinator X is used only when another broker
+//! Y confirms it: Y names X as the id's coordinator, in a FindCoordinator
+//! answer or as the leader of the id's `__transaction_state` partition in a
+//! Metadata answer (both from Y's metadata image; `coordinator` says which
+//! it sends). Kafka's own rules give what such a confirmation is worth:
 //! 1. a new coordinator Z can only mint after the controller made it leader
 //!    of the id's `__transaction_state` partition and it wrote the new pair
 //!    there with acks=all, with `transaction.state.log.min.isr` (2 by
 //!    default) in-sync replicas; a follower fetches from Z only after it
 //!    applied that leadership change to its metadata, which FindCoordinator
-//!    answers from;
+//!    and Metadata answer from;
 //! 2. so a broker Y that is a replica of that partition (every broker, in a
 //!    cluster no larger than the replication factor) names Z, not X, once a
 //!    newer pair exists, unless Y too is paused: a failure of two brokers
 //!    at once, which is out of scope; a broker that is not a replica
 //!    answers from a metadata log it follows within milliseconds;
-//! 3. if Y named X at instant y, X led the partition at y, and X's answer
-//!    (given at some instant a) was current at y (a > y: X kept every pair
-//!    it minted until it was deposed, after y) or at a (a < y: X was not
-//!    deposed between a and y, since a deposed broker leads again only after
-//!    catching up with the metadata log, getting unfenced by a heartbeat and
-//!    winning an election, which takes longer than the window). Both
-//!    instants lie within the caller's request.
+//! 3. a deposed broker leads again only after catching up with the
+//!    metadata log, getting unfenced by a heartbeat and winning an
+//!    election: longer than [`CONFIRM_WINDOW`].
 //!
 //! The argument rests on no duration of X's lag: X may answer from memory
 //! for as long as it likes (a pause, a partition from the controller).
@@ -44,10 +40,68 @@
 //! asked to confirm (nor to look coordinators up, nor for metadata) until it
 //! caught up (`state::epochs`).
 //!
-//! A batch that cannot be confirmed (no other broker answers) fails with a
-//! retriable error, and the caller's deadline turns it into "unavailable",
-//! never into an answer. A cluster that never listed a second broker has
-//! nowhere to move a coordinator to, and is not confirmed.
+//! *The instants.* For one check of id k: it arrives at `t`; the batch
+//! holding k is taken from the queue at `b` (every check in it arrived
+//! before: `t ≤ b`); the describe is sent to X at `d ≥ b` and X answers
+//! from its state at some `a ≥ d`; a confirmation carrying k is sent to Y
+//! at `s`, Y answers at some `y ≥ s`, and its answer is received at `r ≥ y`;
+//! the check is answered at `e`, after both answers were received. An
+//! answer is used when (i) `s ≥ b`, (ii) `r − b ≤ CONFIRM_WINDOW` and (iii)
+//! Y ≠ X names X for k. Then X's pair P was current at an instant of
+//! `[t, e]`, the caller's request:
+//! - if `a ≥ y`: X led at y (2.), so it held every pair minted up to y,
+//!   and kept minting (not answering from a stale memory) until deposed
+//!   after y; P is the pair current at y or one X minted in `(y, a]`,
+//!   current when minted: an instant of `[y, a] ⊆ [t, e]`, since
+//!   `y ≥ s ≥ b ≥ t` (i);
+//! - if `a < y`: `y − a ≤ r − d ≤ r − b ≤ CONFIRM_WINDOW` (ii); X leads at
+//!   y, so it was not deposed in `[a, y]` (3.), and P was current at `a`,
+//!   with `t ≤ d ≤ a ≤ e`.
+//!
+//! Nothing else ties a confirmation to its describe: not the batch (s may
+//! come before d once b has passed, or after X answered), not the
+//! coordinator. What (i) rules out is a confirmation sent before b, even one
+//! that carries k: Y may have answered before t, X may have been deposed
+//! and a newer pair minted between that answer and t, and X, paused and
+//! back, answer the old pair; the window (ii) bounds the other side, the
+//! time between X's answer and Y's. So one confirmation confirms at once
+//! every batch of every coordinator that was taken before it was sent.
+//!
+//! *The rounds* (the loop in `KafkaClient::rounds`; the waiting batches
+//! and the confirmation in flight are `state::confirms`, the request is
+//! sent by `coordinator`). One confirmation is in flight for the whole
+//! client. A round starts when the one before returned: every coordinator
+//! with ids waiting and no describe in flight gives its batch, the
+//! describes go out, and one confirmation carries the ids of all of them,
+//! built after they were taken, so (i) holds. A coordinator's next describe
+//! does not wait for a confirmation (its batch's answers wait for theirs in
+//! the describe's task), but its ids that arrive while a confirmation is in
+//! flight wait for the next round rather than go in a describe of their
+//! own: that describe's answers could not be confirmed before the next
+//! round's confirmation anyway, and waiting gathers them in one batch. At
+//! concurrency a round is one confirmation for the batches of every
+//! coordinator but one; a lone check's describe and confirmation go out
+//! together, in one task.
+//! - *A confirming broker that coordinates too* cannot confirm itself (a
+//!   paused Y answers from the same stale metadata as its describes): the
+//!   round sends no batch of Y; it is taken in the next round, which never
+//!   confirms with Y again while another broker can. Y is chosen as the
+//!   broker whose own batches wait least, never a stale one (above).
+//! - *A confirmation that fails* (no connection, no answer, an error)
+//!   fails its batches' answers as retriable errors: asked again after the
+//!   caller's backoff, in a later round, never believed. One slower than
+//!   the hedge delay no longer holds the rounds: the next round goes to
+//!   another broker (the slow one is ranked last, brokers in reconnect
+//!   backoff are not asked) and carries the slow one's batches too; each
+//!   batch takes the first answer. A batch without an answer within the
+//!   window is not confirmed.
+//! - *An answer that names another broker* (or an error) for an id leaves
+//!   that id's answer unconfirmed: asked again, at the broker named.
+//! - *One broker*: a cluster that never listed a second broker has nowhere
+//!   to move a coordinator to: no rounds, each coordinator's describes go
+//!   batch after batch, unconfirmed. When no broker but a batch's
+//!   coordinator can be asked (the others in reconnect backoff), the batch
+//!   fails at once, retriably.
 //!
 //! **Monotonic answers.** As a second line, a caller may give a floor per id:
 //! the highest pair it has seen from any source. An answer below it comes
@@ -66,11 +120,13 @@ use tokio::time::Instant;
 
 use super::client::KafkaClient;
 use super::config::Broker;
-use super::coordinator::Named;
+use super::coordinator::{Named, named};
 use super::error::{KafkaError, TRANSACTIONAL_ID_NOT_FOUND};
 use super::observe::StaleReason;
 use super::retry::Retry;
-use super::state::{DescribeReply, Described, Lesson, TransactionDescription};
+use super::state::{
+    Confirmation as Confirmed, DescribeReply, Described, Lesson, Start, TransactionDescription,
+};
 use crate::coordination::FencingToken;
 
 /// The longest time from sending a describe to receiving its confirmation.
@@ -213,15 +269,25 @@ impl KafkaClient {
             tokio::spawn(async move { client.describe_batch(&coordinator, batch).await });
             return rx;
         }
-        if self.state().describes().enqueue(coordinator, id, tx) {
-            tokio::spawn(self.clone().flush(coordinator.clone()));
+        let rounds = self.state().metadata().is_multi_broker();
+        match self
+            .state()
+            .describes()
+            .enqueue(coordinator, id, tx, rounds)
+        {
+            Start::Nothing => {}
+            Start::Sender => {
+                tokio::spawn(self.clone().flush(coordinator.clone()));
+            }
+            Start::Rounds => self.start_rounds(),
         }
         rx
     }
 
     /// Sends the waiting ids of one coordinator, batch after batch, until
-    /// none wait. Its own task, so a caller that gives up does not cancel
-    /// the others' request.
+    /// none wait (no confirmation rounds: a single broker, or a cluster
+    /// that just grew). Its own task, so a caller that gives up does not
+    /// cancel the others' request.
     async fn flush(self, coordinator: Broker) {
         let max = self.config().max_describe_batch.max(1);
         while let Some(batch) = self.state().describes().next_batch(&coordinator, max) {
@@ -229,56 +295,227 @@ impl KafkaClient {
         }
     }
 
-    /// One DescribeTransactions to `coordinator`, confirmed by another
-    /// broker, answered to every waiter.
+    /// One DescribeTransactions to `coordinator` outside the rounds: in the
+    /// confirmation stream when the cluster ever had a second broker; its
+    /// answers wait for the confirmation in a task of their own.
     async fn describe_batch(&self, coordinator: &Broker, batch: Vec<(String, DescribeReply)>) {
-        let mut ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let answers = self.describe_confirmed(coordinator, &ids).await;
-        for (id, reply) in batch {
-            let answer = match &answers {
-                Ok(answers) => answers.get(&id).cloned().unwrap_or_else(|| {
-                    Err(KafkaError::Protocol {
-                        addr: coordinator.addr.clone(),
-                        reason: format!("DescribeTransactions answered nothing for {id:?}"),
-                    })
-                }),
-                Err(e) => Err(e.clone()),
-            };
-            let _ = reply.send(answer);
+        // Every check of the batch arrived before this instant.
+        let taken = Instant::now();
+        let ids = distinct(&batch);
+        // A broker in reconnect backoff fails here, before a confirmation
+        // is spent on it.
+        if let Err(e) = self.connection(&coordinator.addr).await {
+            return reply(batch, &Err(e), coordinator);
+        }
+        let confirmation = self.confirmation(coordinator, &ids);
+        let answers = self.describe(coordinator, &ids).await;
+        match (answers, confirmation) {
+            (Ok(mut answers), Some(confirmation)) => {
+                let client = self.clone();
+                let coordinator = coordinator.clone();
+                tokio::spawn(async move {
+                    client
+                        .await_confirmation(&mut answers, &coordinator, confirmation, taken)
+                        .await;
+                    reply(batch, &Ok(answers), &coordinator);
+                });
+            }
+            (answers, _) => reply(batch, &answers, coordinator),
         }
     }
 
-    /// The answers of `coordinator` for `ids`, each kept only when another
-    /// broker confirms it (see the module docs); the others become
-    /// retriable errors.
-    async fn describe_confirmed(
+    /// Starts the round loop in a task of its own.
+    fn start_rounds(&self) {
+        let rounds: futures::future::BoxFuture<'static, ()> = Box::pin(self.clone().rounds());
+        tokio::spawn(rounds);
+    }
+
+    /// The confirmation rounds: one loop for the client while the cluster
+    /// ever had a second broker (see the module docs). A round starts when
+    /// the confirmation before it returned (or was slower than the hedge
+    /// delay): every coordinator with ids waiting and no describe in flight
+    /// but one gives its batch, the batches' describes go out, and one
+    /// confirmation carries them all. The loop ends when nothing is left to
+    /// send; an id queued then starts it again.
+    async fn rounds(self) {
+        let max = self.config().max_describe_batch.max(1);
+        // The broker the last round confirmed with, if its own batch waited.
+        let mut deferred: Option<i32> = None;
+        loop {
+            let describes = self.state().describes();
+            let confirms = self.state().confirms();
+            if !describes.go_on(|| confirms.has_waiting()) {
+                return;
+            }
+            let ready = describes.ready();
+            let brokers = self.confirming_brokers();
+            let mut waiting = confirms.waiting_coordinators();
+            waiting.extend(ready.iter().map(|(b, _)| b.id));
+            let Some(to) = choose(&brokers, &ready, &waiting, deferred) else {
+                // No broker could confirm anyone: the batches fail now and
+                // are asked again after their callers' backoff.
+                let error = KafkaError::Connect {
+                    addr: "the cluster".into(),
+                    reason: "no broker to confirm a coordinator's answers with".into(),
+                };
+                for (coordinator, _) in &ready {
+                    if let Some(batch) = describes.take(coordinator, max) {
+                        reply(batch, &Err(error.clone()), coordinator);
+                        describes.answered(coordinator);
+                    }
+                }
+                confirms.fail_waiting(&error);
+                continue;
+            };
+            // Every check of these batches arrived before this instant.
+            let taken = Instant::now();
+            let mut batches = Vec::with_capacity(ready.len());
+            for (coordinator, _) in ready {
+                if coordinator.id == to.id {
+                    continue;
+                }
+                if let Some(batch) = describes.take(&coordinator, max) {
+                    let ids = distinct(&batch);
+                    let (confirmation, _) = confirms.wait(&coordinator, ids.clone());
+                    batches.push((coordinator, batch, ids, confirmation));
+                }
+            }
+            deferred = (batches.is_empty() || describes.ready().iter().any(|(b, _)| b.id == to.id))
+                .then_some(to.id);
+            // Carries every batch taken above (unless another request
+            // already took one of them: then that one answers it).
+            let request = confirms.request_to(&to);
+            let mut describes: Vec<_> = batches
+                .into_iter()
+                .map(|(coordinator, batch, ids, confirmation)| {
+                    self.clone()
+                        .round_describe(coordinator, batch, ids, confirmation, taken)
+                })
+                .collect();
+            // One batch (a lone check): its describe and the confirmation
+            // in this task, without a task switch. More: each describe in a
+            // task of its own, so the next round does not wait for the
+            // slowest coordinator.
+            // True unless the confirmation was slower than the hedge delay.
+            let confirm = async {
+                match request {
+                    Some(request) => self.confirm(request).await,
+                    None => true,
+                }
+            };
+            if describes.len() == 1
+                && let Some(describe) = describes.pop()
+            {
+                // Until the confirmation is answered or slow: a slow one
+                // must not hold the next round, which carries its batch.
+                let mut describe: futures::future::BoxFuture<'static, ()> = Box::pin(describe);
+                tokio::pin!(confirm);
+                let mut described = false;
+                let answered = loop {
+                    tokio::select! {
+                        () = &mut describe, if !described => described = true,
+                        answered = &mut confirm => break answered,
+                    }
+                };
+                if !described {
+                    if answered {
+                        describe.await;
+                    } else {
+                        tokio::spawn(describe);
+                    }
+                }
+            } else {
+                for describe in describes {
+                    tokio::spawn(describe);
+                }
+                confirm.await;
+            }
+        }
+    }
+
+    /// The describe of one batch a round took: answered to its waiters once
+    /// the round's confirmation (or a later one) backs it.
+    async fn round_describe(
+        self,
+        coordinator: Broker,
+        batch: Vec<(String, DescribeReply)>,
+        ids: Vec<String>,
+        confirmation: Pending,
+        taken: Instant,
+    ) {
+        let answers = self.describe(&coordinator, &ids).await;
+        if self.state().describes().answered(&coordinator) {
+            self.start_rounds();
+        }
+        let answers = match answers {
+            Ok(mut answers) => {
+                self.await_confirmation(&mut answers, &coordinator, confirmation, taken)
+                    .await;
+                Ok(answers)
+            }
+            Err(e) => Err(e),
+        };
+        reply(batch, &answers, &coordinator);
+    }
+
+    /// The answers of `coordinator` for `ids`, unconfirmed.
+    async fn describe(
         &self,
         coordinator: &Broker,
         ids: &[String],
     ) -> Result<HashMap<String, Described>, KafkaError> {
-        // Connect first: a broker in reconnect backoff fails here, before
-        // any request (a confirmation included) is spent on it.
         let conn = self.connection(&coordinator.addr).await?;
         if let Some(observer) = self.observer() {
             observer.describe_batch(ids.len());
         }
         let request = build_describe(ids);
-        let sent = Instant::now();
-        let (described, confirmation) = tokio::join!(
-            self.call_on(&conn, &request, self.config().request_timeout),
-            async {
-                let confirmed = self.confirm_coordinators(ids, coordinator).await;
-                Confirmation::of(confirmed, sent.elapsed())
-            }
+        let answers = parse_describe(
+            self.call_on(&conn, &request, self.config().request_timeout)
+                .await?,
         );
-        let mut answers = parse_describe(described?);
         let addr = coordinator.addr.as_str();
         for error in answers.values().filter_map(|a| a.as_ref().err()) {
             self.state().learn(Lesson::DescribeFailed { addr, error });
         }
-        for (id, named) in confirm(&mut answers, addr, &confirmation) {
+        Ok(answers)
+    }
+
+    /// Waits for the confirmation of a batch taken at `taken`, within the
+    /// window, and keeps the answers it backs.
+    async fn await_confirmation(
+        &self,
+        answers: &mut HashMap<String, Described>,
+        coordinator: &Broker,
+        confirmation: Pending,
+        taken: Instant,
+    ) {
+        let received = tokio::time::timeout_at(taken + CONFIRM_WINDOW, confirmation)
+            .await
+            .ok()
+            .map(|r| {
+                r.unwrap_or_else(|_| {
+                    Err(KafkaError::Invalid("the confirmation was dropped".into()))
+                })
+            });
+        let confirmation = Confirmation::of(received, taken.elapsed(), coordinator);
+        self.keep_confirmed(answers, coordinator, &confirmation);
+    }
+
+    /// Keeps the answers `confirmation` backs (see the module docs); the
+    /// others become retriable errors, and the table learns the
+    /// coordinators another broker names.
+    fn keep_confirmed(
+        &self,
+        answers: &mut HashMap<String, Described>,
+        coordinator: &Broker,
+        confirmation: &Confirmation,
+    ) {
+        let addr = coordinator.addr.as_str();
+        for (id, named) in confirm(answers, addr, confirmation) {
+            self.state().learn(Lesson::CoordinatorFound {
+                key: &id,
+                broker: &named,
+            });
             tracing::warn!(
                 id = %id,
                 broker = %addr,
@@ -293,7 +530,65 @@ impl KafkaClient {
         if answers.values().all(Result::is_ok) {
             self.state().learn(Lesson::Confirmed { addr });
         }
-        Ok(answers)
+    }
+}
+
+/// Where a batch's confirmation comes.
+type Pending = oneshot::Receiver<Result<Confirmed, KafkaError>>;
+
+/// The distinct ids of a batch, sorted.
+fn distinct(batch: &[(String, DescribeReply)]) -> Vec<String> {
+    let mut ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// The broker a round confirms with: of `brokers` (usable, best first),
+/// the one whose own batches wait least (`ready`: coordinators and their
+/// waiting ids; they wait for the next round), never the one the round
+/// before deferred while another can confirm, and never the only
+/// coordinator `waiting` names (it cannot confirm itself). `None` when no
+/// broker can confirm any waiting batch.
+fn choose(
+    brokers: &[Broker],
+    ready: &[(Broker, usize)],
+    waiting: &[i32],
+    deferred: Option<i32>,
+) -> Option<Broker> {
+    let own = |b: &Broker| -> usize {
+        ready
+            .iter()
+            .filter(|(c, _)| c.id == b.id)
+            .map(|(_, n)| *n)
+            .sum()
+    };
+    brokers
+        .iter()
+        .enumerate()
+        // It must confirm someone.
+        .filter(|(_, b)| waiting.iter().any(|&c| c != b.id))
+        .min_by_key(|(rank, b)| (Some(b.id) == deferred, own(b), *rank))
+        .map(|(_, b)| b.clone())
+}
+
+/// Sends each waiter of `batch` its id's answer in `answers`.
+fn reply(
+    batch: Vec<(String, DescribeReply)>,
+    answers: &Result<HashMap<String, Described>, KafkaError>,
+    coordinator: &Broker,
+) {
+    for (id, reply) in batch {
+        let answer = match answers {
+            Ok(answers) => answers.get(&id).cloned().unwrap_or_else(|| {
+                Err(KafkaError::Protocol {
+                    addr: coordinator.addr.clone(),
+                    reason: format!("DescribeTransactions answered nothing for {id:?}"),
+                })
+            }),
+            Err(e) => Err(e.clone()),
+        };
+        let _ = reply.send(answer);
     }
 }
 
@@ -332,8 +627,6 @@ fn parse_describe(response: DescribeTransactionsResponse) -> HashMap<String, Des
 /// What another broker said of a batch's coordinator.
 #[derive(Debug)]
 enum Confirmation {
-    /// The cluster never had a second broker: nothing can have moved.
-    NotNeeded,
     /// Its answer, in time.
     Named(HashMap<String, Named>),
     /// No answer to go by, and why.
@@ -341,20 +634,25 @@ enum Confirmation {
 }
 
 impl Confirmation {
-    /// The confirmation `result`, which arrived `took` after the describe
-    /// was sent.
+    /// What the stream gave a batch of `at`: the confirmation `received`
+    /// (`None`: nothing within the window), `took` after the batch was
+    /// taken.
     fn of(
-        result: Option<Result<HashMap<String, Named>, KafkaError>>,
+        received: Option<Result<Confirmed, KafkaError>>,
         took: Duration,
+        at: &Broker,
     ) -> Confirmation {
-        match result {
-            None => Confirmation::NotNeeded,
+        match received {
+            None => Confirmation::Failed(format!(
+                "no other broker confirmed it within the {} ms window",
+                CONFIRM_WINDOW.as_millis()
+            )),
             Some(Ok(_)) if took > CONFIRM_WINDOW => Confirmation::Failed(format!(
                 "the confirmation took {} ms, over the {} ms window",
                 took.as_millis(),
                 CONFIRM_WINDOW.as_millis()
             )),
-            Some(Ok(named)) => Confirmation::Named(named),
+            Some(Ok(confirmed)) => Confirmation::Named(named(&confirmed, at)),
             Some(Err(e)) => Confirmation::Failed(format!("no other broker confirmed it: {e}")),
         }
     }
@@ -370,7 +668,6 @@ fn confirm(
 ) -> Vec<(String, Broker)> {
     let mut moved = Vec::new();
     let named = match confirmation {
-        Confirmation::NotNeeded => return moved,
         Confirmation::Named(named) => Ok(named),
         Confirmation::Failed(why) => Err(why),
     };
@@ -485,11 +782,26 @@ mod tests {
     }
 
     #[test]
-    fn no_confirmation_in_time_keeps_no_answer_and_one_broker_needs_none() {
-        let confirmed = Some(Ok(HashMap::from([("a".to_owned(), Named::Same)])));
-        let late = Confirmation::of(confirmed, CONFIRM_WINDOW + Duration::from_millis(1));
-        let failed = Confirmation::of(Some(Err(KafkaError::Invalid("x".into()))), Duration::ZERO);
-        for confirmation in [late, failed] {
+    fn no_confirmation_in_time_keeps_no_answer() {
+        let confirmed = || {
+            Some(Ok(Confirmed {
+                by: broker(2),
+                named: HashMap::from([("a".to_owned(), Ok(broker(1)))]),
+            }))
+        };
+        let in_time = Confirmation::of(confirmed(), CONFIRM_WINDOW, &broker(1));
+        let late = Confirmation::of(
+            confirmed(),
+            CONFIRM_WINDOW + Duration::from_millis(1),
+            &broker(1),
+        );
+        let failed = Confirmation::of(
+            Some(Err(KafkaError::Invalid("x".into()))),
+            Duration::ZERO,
+            &broker(1),
+        );
+        let none = Confirmation::of(None, CONFIRM_WINDOW, &broker(1));
+        for confirmation in [late, failed, none] {
             let mut answers = described(&["a"]);
             confirm(&mut answers, "b:1", &confirmation);
             assert!(
@@ -498,7 +810,7 @@ mod tests {
             );
         }
         let mut answers = described(&["a"]);
-        confirm(&mut answers, "b:1", &Confirmation::of(None, Duration::MAX));
-        assert!(answers["a"].is_ok(), "a single-broker cluster");
+        confirm(&mut answers, "b:1", &in_time);
+        assert!(answers["a"].is_ok(), "{in_time:?}");
     }
 }

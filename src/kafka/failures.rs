@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{
-    ApiKey, FetchRequest, FetchResponse, FindCoordinatorRequest, MetadataResponse, TopicName,
+    ApiKey, FetchRequest, FetchResponse, FindCoordinatorRequest, MetadataRequest, MetadataResponse,
+    RequestHeader, TopicName,
     fetch_response::{FetchableTopicResponse, PartitionData},
 };
 use kafka_protocol::protocol::StrBytes;
@@ -279,37 +280,78 @@ async fn not_coordinator_looks_every_id_of_the_broker_up_again_in_one_batch() {
     );
 }
 
-/// Two brokers, both naming broker 1 the coordinator of every id and
-/// answering DescribeTransactions with `pairs[broker]` for every id.
-async fn two_brokers(pairs: [(i64, i16); 2]) -> Vec<FakeBroker> {
+/// True for a confirmation: a FindCoordinator (these tests look nothing
+/// up), or a Metadata request of `__transaction_state`.
+fn is_confirmation(header: &RequestHeader, body: &Bytes) -> bool {
+    header.request_api_key == ApiKey::FindCoordinator as i16
+        || header.request_api_key == ApiKey::Metadata as i16 && {
+            let asked: MetadataRequest = request(header.request_api_version, body.clone());
+            asked.topics.is_some_and(|topics| {
+                topics.iter().any(|t| {
+                    t.name
+                        .as_ref()
+                        .is_some_and(|n| n.0.as_str() == "__transaction_state")
+                })
+            })
+        }
+}
+
+/// Brokers 0, 1, … answering DescribeTransactions with `pairs[broker]`
+/// for every id, and FindCoordinator (and Metadata of the one partition of
+/// `__transaction_state`) with the broker `named` holds as the coordinator
+/// of every id, as it stands when the request is read; broker `b` holds
+/// its answer to its first confirmation `first_confirmation[b]` long.
+async fn scripted_brokers(
+    pairs: &[(i64, i16)],
+    named: Arc<AtomicUsize>,
+    first_confirmation: &[Duration],
+) -> Vec<FakeBroker> {
     let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     let mut brokers = Vec::new();
-    for (pid, epoch) in pairs {
-        let addrs = addrs.clone();
-        brokers.push(
-            FakeBroker::start(Arc::new(move |header, body| {
-                let addrs = addrs.lock().unwrap().clone();
-                let version = header.request_api_version;
-                match ApiKey::try_from(header.request_api_key).unwrap() {
-                    ApiKey::Metadata => {
-                        let list = [(0, addrs[0].as_str()), (1, addrs[1].as_str())];
-                        Some(answer(header, &metadata(&list, None)))
-                    }
-                    ApiKey::FindCoordinator => {
-                        let asked = request(version, body);
-                        Some(answer(header, &naming(asked, |_| (1, &addrs[1]))))
-                    }
-                    ApiKey::DescribeTransactions => {
-                        Some(described(header, body, (pid, epoch), "Empty"))
-                    }
-                    _ => None,
+    for (&(pid, epoch), &first_confirmation) in pairs.iter().zip(first_confirmation) {
+        let (addrs, named) = (addrs.clone(), named.clone());
+        let script = Arc::new(move |header: &RequestHeader, body| {
+            let addrs = addrs.lock().unwrap().clone();
+            let version = header.request_api_version;
+            let at = named.load(Ordering::SeqCst);
+            match ApiKey::try_from(header.request_api_key).unwrap() {
+                ApiKey::Metadata => {
+                    let list: Vec<(i32, &str)> =
+                        (0..).zip(addrs.iter().map(String::as_str)).collect();
+                    let leaders = [(0, at as i32, 1)];
+                    let topic = Some(("__transaction_state", &leaders[..]));
+                    Some(answer(header, &metadata(&list, topic)))
                 }
-            }))
-            .await,
-        );
+                ApiKey::FindCoordinator => {
+                    let asked = request(version, body);
+                    Some(answer(
+                        header,
+                        &naming(asked, |_| (at as i32, addrs[at].as_str())),
+                    ))
+                }
+                ApiKey::DescribeTransactions => {
+                    Some(described(header, body, (pid, epoch), "Empty"))
+                }
+                _ => None,
+            }
+        });
+        let confirmations = AtomicUsize::new(0);
+        let delay = Arc::new(move |header: &RequestHeader, body: &Bytes| {
+            if is_confirmation(header, body) && confirmations.fetch_add(1, Ordering::SeqCst) == 0 {
+                first_confirmation
+            } else {
+                Duration::ZERO
+            }
+        });
+        brokers.push(FakeBroker::start_delayed(script, delay).await);
     }
     *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
     brokers
+}
+
+/// Two brokers, both naming broker 1 the coordinator of every id.
+async fn two_brokers(pairs: [(i64, i16); 2]) -> Vec<FakeBroker> {
+    scripted_brokers(&pairs, Arc::new(AtomicUsize::new(1)), &[Duration::ZERO; 2]).await
 }
 
 #[tokio::test]
@@ -331,6 +373,140 @@ async fn an_answer_another_broker_does_not_confirm_is_never_used() {
     assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
     assert_eq!(brokers[0].requests(ApiKey::DescribeTransactions).len(), 1);
     assert_eq!(brokers[1].requests(ApiKey::DescribeTransactions).len(), 1);
+}
+
+#[tokio::test]
+async fn a_stale_answer_whose_confirmation_was_sent_before_the_check_arrived_is_never_believed() {
+    // One id: the confirmations are FindCoordinator requests.
+    stale_answer_confirmed_before_the_check_arrived(&["r"]).await;
+}
+
+#[tokio::test]
+async fn a_stale_answer_is_never_believed_when_many_ids_are_confirmed_at_once() {
+    // Three ids: the confirmations are Metadata requests of
+    // `__transaction_state`.
+    stale_answer_confirmed_before_the_check_arrived(&["r", "s", "t"]).await;
+}
+
+/// Broker 1 coordinates `ids` with the pair 7:1. A first check's
+/// confirmation goes to broker 0 or 2, which names broker 1 and holds its
+/// answer 600 ms. Meanwhile broker 1 is deposed: broker 2 mints 7:2 and
+/// every broker names it; broker 1, paused and back, still answers 7:1. A
+/// second check arrives while the first confirmation, which carries the ids
+/// and names broker 1, is still in flight: it must wait for a confirmation
+/// sent after it arrived, which names broker 2.
+async fn stale_answer_confirmed_before_the_check_arrived(ids: &[&str]) {
+    let named = Arc::new(AtomicUsize::new(1));
+    let brokers = scripted_brokers(
+        &[(7, 2), (7, 1), (7, 2)],
+        named.clone(),
+        &[Duration::from_millis(600); 3],
+    )
+    .await;
+    let mut config = ClientConfig::new([brokers[0].addr.as_str()]);
+    // The held confirmation keeps the stream: no hedge around it.
+    config.hedge_after = Duration::from_secs(5);
+    config.operation_timeout = Duration::from_secs(8);
+    let client = KafkaClient::new(config).unwrap();
+    client.refresh_metadata(&[]).await.unwrap();
+    let deposed = Broker {
+        id: 1,
+        addr: brokers[1].addr.clone(),
+    };
+    for key in ids {
+        client.state().learn(Lesson::CoordinatorFound {
+            key,
+            broker: &deposed,
+        });
+    }
+    let ids: Vec<String> = ids.iter().map(|id| (*id).to_owned()).collect();
+    let check = |client: KafkaClient, ids: Vec<String>| async move {
+        let deadline = Instant::now() + Duration::from_secs(8);
+        let answers = client
+            .describe_transactions(&ids, &|_| None, deadline)
+            .await;
+        ids.iter()
+            .map(|id| {
+                let d = answers[id].as_ref().unwrap().as_ref().unwrap();
+                (d.producer_id, d.producer_epoch)
+            })
+            .collect::<Vec<_>>()
+    };
+    let first = tokio::spawn(check(client.clone(), ids.clone()));
+    let confirmations = |b: usize| {
+        brokers[b]
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(api, version, body)| {
+                let header = RequestHeader::default()
+                    .with_request_api_key(*api as i16)
+                    .with_request_api_version(*version);
+                is_confirmation(&header, body)
+            })
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while confirmations(0) + confirmations(2) == 0 {
+        assert!(Instant::now() < deadline, "no confirmation was sent");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    named.store(2, Ordering::SeqCst);
+    let second = check(client.clone(), ids.clone()).await;
+    let first = first.await.unwrap();
+
+    assert_eq!(
+        second,
+        vec![(7, 2); ids.len()],
+        "the second check believed broker 1's old pair"
+    );
+    // The first check's confirmation was sent after it arrived, and named
+    // broker 1 then: 7:1 was current within its request.
+    assert_eq!(first, vec![(7, 1); ids.len()]);
+    assert_eq!(brokers[1].requests(ApiKey::DescribeTransactions).len(), 2);
+    assert_eq!(brokers[2].requests(ApiKey::DescribeTransactions).len(), 1);
+}
+
+#[tokio::test]
+async fn a_lone_check_whose_confirming_broker_hangs_costs_a_hedge_not_the_window() {
+    // Broker 1 coordinates "r"; broker 0 holds its first confirmation 10 s
+    // (hung), broker 2 answers at once. A lone check whose confirmation
+    // went to broker 0 is confirmed by the next round, at broker 2, once
+    // the hedge delay passed: not after the 1.5 s window.
+    let brokers = scripted_brokers(
+        &[(7, 2), (7, 2), (7, 2)],
+        Arc::new(AtomicUsize::new(1)),
+        &[Duration::from_secs(10), Duration::ZERO, Duration::ZERO],
+    )
+    .await;
+    let coordinator = Broker {
+        id: 1,
+        addr: brokers[1].addr.clone(),
+    };
+    // The first confirmation goes to 0 or 2 at random: a fresh client
+    // each time, until one was sent to the hung broker.
+    for _ in 0..20 {
+        let client = client(&[&brokers[2].addr]);
+        client.refresh_metadata(&[]).await.unwrap();
+        client.state().learn(Lesson::CoordinatorFound {
+            key: "r",
+            broker: &coordinator,
+        });
+        let started = Instant::now();
+        let answer = client.describe_transaction("r").await.unwrap().unwrap();
+        let took = started.elapsed();
+        assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
+        if !brokers[0].requests(ApiKey::FindCoordinator).is_empty() {
+            assert!(
+                took < Duration::from_secs(1),
+                "the hung confirmation held the check {took:?}"
+            );
+            return;
+        }
+    }
+    panic!("no confirmation went to the hung broker in 20 checks");
 }
 
 /// An address nothing listens on.
@@ -431,14 +607,18 @@ async fn the_first_failure_per_address_is_a_warning_with_its_reason_and_repeats_
     }
 }
 
-/// Counts the answers refused as stale.
+/// Counts the answers refused as stale, and records where each
+/// confirmation went with how many ids.
 #[derive(Debug, Default)]
-struct Refusals(AtomicUsize);
+struct Refusals(AtomicUsize, std::sync::Mutex<Vec<(String, usize)>>);
 
 impl super::observe::RequestObserver for Refusals {
     fn observe(&self, _: &'static str, _: super::observe::Outcome, _: Duration) {}
     fn stale_answer(&self, _: super::observe::StaleReason) {
         self.0.fetch_add(1, Ordering::SeqCst);
+    }
+    fn confirmation(&self, addr: &str, ids: usize) {
+        self.1.lock().unwrap().push((addr.to_owned(), ids));
     }
 }
 
@@ -524,11 +704,31 @@ async fn a_broker_whose_metadata_is_behind_is_never_asked_to_look_up_or_confirm(
         let answer = client.describe_transaction(id).await.unwrap().unwrap();
         assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2), "{id}");
     }
+    // All at once: one batch, confirmed by a Metadata request of
+    // `__transaction_state` (more than two ids).
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let answers = client
+        .describe_transactions(&ids, &|_| None, deadline)
+        .await;
+    for id in &ids {
+        let answer = answers[id].as_ref().unwrap().as_ref().unwrap();
+        assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2), "{id}");
+    }
     assert_eq!(
         brokers[0].requests(ApiKey::FindCoordinator).len(),
         asked_before,
         "no lookup or confirmation went to the stale broker"
     );
+    let confirmations = refusals.1.lock().unwrap().clone();
+    assert!(
+        confirmations.iter().all(|(addr, _)| *addr != x),
+        "a confirmation went to the stale broker: {confirmations:?}"
+    );
+    assert!(
+        confirmations.iter().any(|(_, n)| *n == 1),
+        "lone checks confirmed"
+    );
+    assert!(confirmations.iter().any(|(_, n)| *n > 2), "by Metadata too");
     assert!(brokers[0].requests(ApiKey::DescribeTransactions).is_empty());
     assert_eq!(refusals.0.load(Ordering::SeqCst), 0, "no answer refused");
 

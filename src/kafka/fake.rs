@@ -29,6 +29,11 @@ use super::versions::PINNED;
 /// (header and body), or `None` to never answer.
 pub(crate) type Script = Arc<dyn Fn(&RequestHeader, Bytes) -> Option<Bytes> + Send + Sync>;
 
+/// How long a scripted broker holds the answer to one request before it
+/// writes it; the requests after it on that connection wait too (a broker
+/// answers one connection's requests in order).
+pub(crate) type Delay = Arc<dyn Fn(&RequestHeader, &Bytes) -> Duration + Send + Sync>;
+
 /// A scripted broker listening on loopback.
 pub(crate) struct FakeBroker {
     pub(crate) addr: String,
@@ -49,6 +54,12 @@ impl Drop for FakeBroker {
 impl FakeBroker {
     /// A broker answering ApiVersions itself and everything else by `script`.
     pub(crate) async fn start(script: Script) -> FakeBroker {
+        FakeBroker::start_delayed(script, Arc::new(|_, _| Duration::ZERO)).await
+    }
+
+    /// [`FakeBroker::start`], each answer written `delay` after the request
+    /// was read (and answered by `script`); a replacing script keeps it.
+    pub(crate) async fn start_delayed(script: Script, delay: Delay) -> FakeBroker {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let seen: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>> = Arc::default();
@@ -63,7 +74,7 @@ impl FakeBroker {
                 let script = scripted.read().unwrap().clone();
                 open.lock()
                     .unwrap()
-                    .spawn(serve(socket, script, log.clone()));
+                    .spawn(serve(socket, script, delay.clone(), log.clone()));
             }
         });
         FakeBroker {
@@ -95,10 +106,12 @@ impl FakeBroker {
     }
 }
 
-/// Answers one connection by `script` until it closes.
+/// Answers one connection by `script`, each answer held `delay`, until it
+/// closes.
 async fn serve(
     mut socket: tokio::net::TcpStream,
     script: Script,
+    delay: Delay,
     log: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>,
 ) {
     loop {
@@ -112,8 +125,8 @@ async fn serve(
         let mut body = frame.freeze();
         let header = decode_request_header_from_buffer(&mut body).unwrap();
         let api = ApiKey::try_from(header.request_api_key).unwrap();
-        let answer = if api == ApiKey::ApiVersions {
-            Some(api_versions(&header))
+        let (answer, hold) = if api == ApiKey::ApiVersions {
+            (Some(api_versions(&header)), Duration::ZERO)
         } else {
             log.lock()
                 .unwrap()
@@ -125,9 +138,13 @@ async fn serve(
                 let wait = u64::try_from(fetch.max_wait_ms).unwrap_or(0);
                 tokio::time::sleep(Duration::from_millis(wait)).await;
             }
-            script(&header, body)
+            let hold = delay(&header, &body);
+            (script(&header, body), hold)
         };
         if let Some(answer) = answer {
+            if !hold.is_zero() {
+                tokio::time::sleep(hold).await;
+            }
             let mut out = BytesMut::new();
             out.put_i32(answer.len() as i32);
             out.put_slice(&answer);

@@ -80,6 +80,10 @@ pub trait RequestObserver: Send + Sync + std::fmt::Debug {
     /// with `keys` transactional ids; confirmations are not lookups.
     fn coordinator_lookup(&self, _keys: usize) {}
 
+    /// One confirmation of describes went to the broker at `addr` with
+    /// `ids` transactional ids.
+    fn confirmation(&self, _addr: &str, _ids: usize) {}
+
     /// A coordinator's answer was not trusted and the id was asked again.
     fn stale_answer(&self, _reason: StaleReason) {}
 

@@ -52,6 +52,8 @@ pub struct Metrics {
     pub broker_requests: IntCounterVec,
     /// 1 while a broker's metadata is behind another broker's.
     pub broker_stale: IntGaugeVec,
+    /// Confirmations of describes sent.
+    pub confirmations: IntCounter,
     /// Records of the topic that did not decode, by part.
     pub malformed_records: IntCounterVec,
     /// Constant 1, labelled with the version.
@@ -147,6 +149,10 @@ impl Metrics {
             "krabka_cluster_changes_total",
             "Times the cluster id behind the bootstrap servers changed; caches were cleared.",
         )?;
+        let confirmations = IntCounter::new(
+            "krabka_describe_confirmations_total",
+            "Confirmations sent: requests asking a broker other than the coordinators which broker coordinates the ids of the describe batches waiting (FindCoordinator, or Metadata of __transaction_state).",
+        )?;
         let coordinator_lookups = IntCounter::new(
             "krabka_coordinator_lookups_total",
             "Coordinator lookups sent (one batched FindCoordinator each; the confirmations of describes are not counted).",
@@ -194,6 +200,7 @@ impl Metrics {
             Box::new(coordinator_lookups.clone()),
             Box::new(broker_requests.clone()),
             Box::new(broker_stale.clone()),
+            Box::new(confirmations.clone()),
             Box::new(malformed_records.clone()),
             Box::new(build_info.clone()),
         ] {
@@ -234,6 +241,7 @@ impl Metrics {
             coordinator_lookups,
             broker_requests,
             broker_stale,
+            confirmations,
             malformed_records,
             build_info,
         })
@@ -293,6 +301,10 @@ impl RequestObserver for Metrics {
 
     fn coordinator_lookup(&self, _keys: usize) {
         self.coordinator_lookups.inc();
+    }
+
+    fn confirmation(&self, _addr: &str, _ids: usize) {
+        self.confirmations.inc();
     }
 
     fn cluster_changed(&self) {

@@ -5,6 +5,12 @@
 //! (by any caller) wait here and go together in the next batch, up to a
 //! limit of distinct ids. An id is only ever answered by a request sent
 //! after it was asked for.
+//!
+//! Who takes the batches: without confirmations, a sender per coordinator,
+//! batch after batch until none wait; with them, the confirmation rounds
+//! (one loop for the client, see `describe`): at the start of each round
+//! every coordinator with ids waiting and no describe in flight gives its
+//! batch.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -48,23 +54,114 @@ pub(crate) type Reply = oneshot::Sender<Described>;
 #[derive(Debug, Default)]
 struct Queue {
     waiting: Vec<(String, Reply)>,
+    /// A sender runs (without rounds), or a describe is in flight (rounds).
     busy: bool,
+}
+
+#[derive(Debug, Default)]
+struct Queues {
+    queues: HashMap<Broker, Queue>,
+    /// The round loop runs.
+    rounds: bool,
 }
 
 /// The waiting describes, per coordinator.
 #[derive(Debug, Default)]
 pub(crate) struct DescribeQueues {
-    queues: Mutex<HashMap<Broker, Queue>>,
+    queues: Mutex<Queues>,
+}
+
+/// What the caller of [`DescribeQueues::enqueue`] starts.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// Nothing: a sender or the rounds will take the id.
+    Nothing,
+    /// The coordinator's sender.
+    Sender,
+    /// The round loop.
+    Rounds,
 }
 
 impl DescribeQueues {
-    /// Queues `id` for `coordinator`'s next batch. True when no batch of
-    /// that coordinator is being sent: the caller starts sending them.
-    pub(crate) fn enqueue(&self, coordinator: &Broker, id: &str, reply: Reply) -> bool {
+    /// Queues `id` for `coordinator`'s next batch, taken by its sender
+    /// or, when `rounds`, by the next confirmation round.
+    pub(crate) fn enqueue(
+        &self,
+        coordinator: &Broker,
+        id: &str,
+        reply: Reply,
+        rounds: bool,
+    ) -> Start {
         let mut queues = lock(&self.queues);
-        let queue = queues.entry(coordinator.clone()).or_default();
+        let queue = queues.queues.entry(coordinator.clone()).or_default();
         queue.waiting.push((id.to_owned(), reply));
-        !std::mem::replace(&mut queue.busy, true)
+        if !rounds {
+            return if std::mem::replace(&mut queue.busy, true) {
+                Start::Nothing
+            } else {
+                Start::Sender
+            };
+        }
+        if std::mem::replace(&mut queues.rounds, true) {
+            Start::Nothing
+        } else {
+            Start::Rounds
+        }
+    }
+
+    /// The coordinators whose next batch a round can take now (ids
+    /// waiting, no describe in flight), with how many ids wait for each.
+    pub(crate) fn ready(&self) -> Vec<(Broker, usize)> {
+        lock(&self.queues)
+            .queues
+            .iter()
+            .filter(|(_, q)| !q.busy && !q.waiting.is_empty())
+            .map(|(b, q)| (b.clone(), q.waiting.len()))
+            .collect()
+    }
+
+    /// A round takes the next batch of `coordinator` (at most `max`
+    /// distinct ids): its describe is in flight until [`Self::answered`].
+    pub(crate) fn take(&self, coordinator: &Broker, max: usize) -> Option<Vec<(String, Reply)>> {
+        let mut queues = lock(&self.queues);
+        let queue = queues.queues.get_mut(coordinator)?;
+        if queue.busy || queue.waiting.is_empty() {
+            return None;
+        }
+        queue.busy = true;
+        Some(take_batch(&mut queue.waiting, max))
+    }
+
+    /// The describe of `coordinator` a round sent was answered. True when
+    /// ids wait for it and no round loop runs: the caller starts one.
+    pub(crate) fn answered(&self, coordinator: &Broker) -> bool {
+        let mut queues = lock(&self.queues);
+        let Some(queue) = queues.queues.get_mut(coordinator) else {
+            return false;
+        };
+        queue.busy = false;
+        if queue.waiting.is_empty() {
+            queues.queues.remove(coordinator);
+            return false;
+        }
+        !std::mem::replace(&mut queues.rounds, true)
+    }
+
+    /// Whether the round loop goes on: a coordinator is ready, or `more`
+    /// (confirmations still to send). Otherwise the loop is marked stopped,
+    /// in the same step, so an id queued after this starts it again.
+    pub(crate) fn go_on(&self, more: impl FnOnce() -> bool) -> bool {
+        let mut queues = lock(&self.queues);
+        let ready = queues
+            .queues
+            .values()
+            .any(|q| !q.busy && !q.waiting.is_empty());
+        if ready || more() {
+            return true;
+        }
+        queues.queues.retain(|_, q| q.busy || !q.waiting.is_empty());
+        queues.rounds = false;
+        false
     }
 
     /// The next batch of `coordinator`: at most `max` distinct ids. `None`
@@ -75,9 +172,9 @@ impl DescribeQueues {
         max: usize,
     ) -> Option<Vec<(String, Reply)>> {
         let mut queues = lock(&self.queues);
-        let queue = queues.get_mut(coordinator)?;
+        let queue = queues.queues.get_mut(coordinator)?;
         if queue.waiting.is_empty() {
-            queues.remove(coordinator);
+            queues.queues.remove(coordinator);
             return None;
         }
         Some(take_batch(&mut queue.waiting, max))
@@ -146,19 +243,46 @@ mod tests {
             id: 1,
             addr: "b:1".into(),
         };
-        assert!(queues.enqueue(&at, "a", oneshot::channel().0), "starts");
-        assert!(!queues.enqueue(&at, "b", oneshot::channel().0), "joins");
+        let enqueue = |id| queues.enqueue(&at, id, oneshot::channel().0, false);
+        assert_eq!(enqueue("a"), Start::Sender, "starts");
+        assert_eq!(enqueue("b"), Start::Nothing, "joins");
         let batch = queues.next_batch(&at, 10).unwrap();
         assert_eq!(names(&batch), ["a", "b"]);
-        assert!(
-            !queues.enqueue(&at, "c", oneshot::channel().0),
-            "still sending"
-        );
+        assert_eq!(enqueue("c"), Start::Nothing, "still sending");
         assert_eq!(names(&queues.next_batch(&at, 10).unwrap()), ["c"]);
         assert!(queues.next_batch(&at, 10).is_none(), "done");
-        assert!(
-            queues.enqueue(&at, "d", oneshot::channel().0),
-            "starts anew"
+        assert_eq!(enqueue("d"), Start::Sender, "starts anew");
+    }
+
+    #[test]
+    fn a_round_takes_the_batch_of_each_coordinator_without_a_describe_in_flight() {
+        let queues = DescribeQueues::default();
+        let (one, two) = (
+            Broker {
+                id: 1,
+                addr: "b:1".into(),
+            },
+            Broker {
+                id: 2,
+                addr: "b:2".into(),
+            },
         );
+        let enqueue = |at: &Broker, id| queues.enqueue(at, id, oneshot::channel().0, true);
+        assert_eq!(enqueue(&one, "a"), Start::Rounds, "the loop starts");
+        assert_eq!(enqueue(&two, "b"), Start::Nothing, "and takes both");
+        assert!(queues.go_on(|| false));
+        assert_eq!(names(&queues.take(&one, 10).unwrap()), ["a"]);
+        assert_eq!(enqueue(&one, "c"), Start::Nothing);
+        let ready: Vec<i32> = queues.ready().iter().map(|(b, _)| b.id).collect();
+        assert_eq!(ready, [2], "one's describe is in flight");
+        assert!(queues.take(&one, 10).is_none());
+        assert_eq!(names(&queues.take(&two, 10).unwrap()), ["b"]);
+        assert!(!queues.answered(&two), "nothing waits for two");
+        assert!(!queues.go_on(|| false), "nothing ready: the loop stops");
+        assert!(queues.answered(&one), "c waits and no loop runs");
+        assert!(queues.go_on(|| false));
+        assert_eq!(names(&queues.take(&one, 10).unwrap()), ["c"]);
+        assert!(!queues.go_on(|| false));
+        assert!(queues.go_on(|| true), "confirmations still to send");
     }
 }

@@ -1,7 +1,7 @@
 //! What the client knows of the cluster between requests, and the one place
 //! that decides what a request's outcome teaches it.
 //!
-//! Five tables, each the only owner of its state:
+//! Six tables, each the only owner of its state:
 //! - [`nodes`]: per broker address, the failures since it last answered,
 //!   the reconnect backoff they earned and why the last one failed;
 //! - [`view`]: brokers, partition leaders and the cluster id (metadata);
@@ -11,7 +11,10 @@
 //!   leaders another broker confirmed;
 //! - [`coordinators`]: the coordinator of each transactional id, the suspect
 //!   brokers, and the lookups waiting or in flight;
-//! - [`describes`]: the describes waiting for their coordinator's next batch.
+//! - [`describes`]: the describes waiting for their coordinator's next batch;
+//! - [`confirms`]: the confirmation stream: describe batches waiting for
+//!   another broker to confirm their coordinator, and the confirmation in
+//!   flight.
 //!
 //! Operations read the tables and hand every outcome to
 //! [`ClusterState::learn`] as a [`Lesson`]. The tables' setters are private
@@ -38,6 +41,7 @@
 //! | an answer was below a pair already seen | the id is forgotten and its broker suspect |
 //! | a transactional request failed to reach its coordinator or got 14–16 | the id is forgotten: that id alone is looked up again |
 
+mod confirms;
 mod coordinators;
 mod describes;
 mod epochs;
@@ -49,8 +53,9 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+pub(crate) use confirms::{Confirmation, Confirms, Request as ConfirmRequest};
 pub(crate) use coordinators::{Answer, Coordinators};
-pub(crate) use describes::{DescribeQueues, Reply as DescribeReply};
+pub(crate) use describes::{DescribeQueues, Reply as DescribeReply, Start};
 pub use describes::{Described, TransactionDescription};
 pub(crate) use epochs::Epochs;
 use epochs::Judgement;
@@ -120,6 +125,7 @@ pub(crate) struct ClusterState {
     epochs: Epochs,
     coordinators: Coordinators,
     describes: DescribeQueues,
+    confirms: Confirms,
     observer: Option<Arc<dyn RequestObserver>>,
 }
 
@@ -135,6 +141,7 @@ impl ClusterState {
                 config.coordinator_cache_bytes,
             ),
             describes: DescribeQueues::default(),
+            confirms: Confirms::default(),
             observer: config.observer.clone(),
         }
     }
@@ -178,6 +185,11 @@ impl ClusterState {
     /// The describes waiting per coordinator.
     pub(crate) fn describes(&self) -> &DescribeQueues {
         &self.describes
+    }
+
+    /// The confirmation stream.
+    pub(crate) fn confirms(&self) -> &Confirms {
+        &self.confirms
     }
 
     /// Takes in what one outcome teaches (see the module docs).

@@ -12,8 +12,10 @@ pub mod status_page;
 pub mod stream;
 pub mod views;
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -22,6 +24,8 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, on};
+use futures::TryFutureExt;
+use futures::future::{Either, MapOk, Ready, ready};
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{
@@ -124,18 +128,50 @@ async fn method_not_allowed(State(state): State<Arc<AppState>>, request: Request
 /// - a 401 says nothing of the path: no `Allow` header, which axum adds to
 ///   the answers of a known path asked with another method;
 /// - `X-Content-Type-Options: nosniff` and `Referrer-Policy: no-referrer`.
-async fn edge(mut request: Request, next: axum::middleware::Next) -> Response {
-    request
-        .extensions_mut()
-        .insert(extract::Arrived(tokio::time::Instant::now()));
-    let mut response = if request.version() == axum::http::Version::HTTP_11
-        && request.headers().get_all(header::HOST).iter().count() != 1
-    {
-        ApiError::invalid("Host", "an HTTP/1.1 request needs exactly one Host header")
-            .into_response()
-    } else {
-        next.run(request).await
-    };
+///
+/// A plain tower service rather than `middleware::from_fn`, which boxes
+/// the rest of the stack and its future for every request: this runs on
+/// every request, `/healthz` and checks alike.
+#[derive(Clone, Debug)]
+struct Edge<S> {
+    inner: S,
+}
+
+impl<S> tower::Service<Request> for Edge<S>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future =
+        Either<Ready<Result<Response, Infallible>>, MapOk<S::Future, fn(Response) -> Response>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request) -> Self::Future {
+        request
+            .extensions_mut()
+            .insert(extract::Arrived(tokio::time::Instant::now()));
+        if request.version() == axum::http::Version::HTTP_11
+            && request.headers().get_all(header::HOST).iter().count() != 1
+        {
+            let refused =
+                ApiError::invalid("Host", "an HTTP/1.1 request needs exactly one Host header")
+                    .into_response();
+            return Either::Left(ready(Ok(harden(refused))));
+        }
+        Either::Right(
+            self.inner
+                .call(request)
+                .map_ok(harden as fn(Response) -> Response),
+        )
+    }
+}
+
+/// The headers of every answer (see [`Edge`]).
+fn harden(mut response: Response) -> Response {
     let refused = response.status() == axum::http::StatusCode::UNAUTHORIZED;
     let headers = response.headers_mut();
     if refused {
@@ -211,8 +247,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     // service is the routes: `Router::layer` would wrap each handler inside
     // its method router, where axum adds `Allow` after the layer has run.
     Router::new()
-        .fallback_service(routes)
-        .layer(axum::middleware::from_fn(edge))
+        .fallback_service(Edge { inner: routes })
         .layer(DefaultBodyLimit::max(http.max_body_bytes))
         .layer(
             ServiceBuilder::new()
