@@ -9,9 +9,8 @@
 
 use std::collections::HashMap;
 
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest, MetadataResponse, TopicName,
+    FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest, MetadataResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::oneshot;
@@ -19,6 +18,7 @@ use tokio::sync::oneshot;
 use super::client::KafkaClient;
 use super::config::Broker;
 use super::error::KafkaError;
+use super::metadata::{TRANSACTION_STATE, build_metadata};
 use super::state::{Answer, ConfirmRequest, Confirmation, Lesson};
 
 /// FindCoordinator key type of a transactional id.
@@ -299,18 +299,12 @@ impl KafkaClient {
 /// for one or two ids the broker's work is the same, and the client decodes
 /// one coordinator per id instead of every partition of the topic.
 const FIND_COORDINATOR_UP_TO: usize = 2;
-/// The topic whose partition leaders are the transaction coordinators.
-const TRANSACTION_STATE: &str = "__transaction_state";
 /// TOPIC_AUTHORIZATION_FAILED.
 const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 
 /// A Metadata request of `__transaction_state` alone, never creating it.
 pub(crate) fn build_leaders_request() -> MetadataRequest {
-    MetadataRequest::default()
-        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
-            TopicName(StrBytes::from_static_str(TRANSACTION_STATE)),
-        ))]))
-        .with_allow_auto_topic_creation(false)
+    build_metadata(vec![TRANSACTION_STATE.to_owned()])
 }
 
 /// Per partition of `__transaction_state` (by index), its leader or why
@@ -489,6 +483,7 @@ mod tests {
 
     #[test]
     fn the_leaders_of_transaction_state_are_the_coordinators() {
+        use kafka_protocol::messages::TopicName;
         use kafka_protocol::messages::metadata_response::{
             MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
         };

@@ -37,10 +37,10 @@ use super::state::{Leader, Lesson, MetadataAnswer, PartitionMeta, Refresh, Topic
 const LEADER_NOT_AVAILABLE: i16 = 5;
 
 /// The topic whose partition leaders are the transaction coordinators.
-const TRANSACTION_STATE: &str = "__transaction_state";
+pub(crate) const TRANSACTION_STATE: &str = "__transaction_state";
 
 /// A Metadata request for `topics`, never creating one.
-fn build_metadata(topics: Vec<String>) -> MetadataRequest {
+pub(crate) fn build_metadata(topics: Vec<String>) -> MetadataRequest {
     MetadataRequest::default()
         .with_topics(Some(
             topics
