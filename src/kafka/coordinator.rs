@@ -194,8 +194,16 @@ impl KafkaClient {
 
     /// The brokers that may confirm, best first: neither stale (metadata
     /// behind another broker's, `state::epochs`) nor in reconnect backoff
-    /// (those are left out), then without a confirmation in flight; ties in
-    /// random order, so the load spreads (as `brokers_by_load`).
+    /// (those are left out); then the sound ones before the doubtful, ties
+    /// in random order, so the load spreads (as `brokers_by_load`). A
+    /// broker is doubtful while it has not answered since a failure (a hung
+    /// one, whose requests time out, stays so after its backoff: nothing it
+    /// was sent since came back) or has a slow confirmation in flight; as
+    /// Java's `leastLoadedNode` prefers a ready node to one it must
+    /// reconnect to, doubtful brokers are left out while two sound ones can
+    /// confirm each other's batches (the rounds prefer a broker without
+    /// batches of its own, which a hung broker, its describes in flight,
+    /// always is).
     pub(crate) fn confirming_brokers(&self) -> Vec<Broker> {
         let busy = self.state().confirms().busy();
         let (epochs, nodes) = (self.state().epochs(), self.state().nodes());
@@ -206,11 +214,15 @@ impl KafkaClient {
             .into_iter()
             .filter(|(_, addr)| !epochs.is_stale(addr) && !nodes.is_blocked(addr))
             .map(|(id, addr)| {
-                let rank = (busy.contains(&addr), rand::random::<u32>());
-                (rank, Broker { id, addr })
+                let doubtful = busy.contains(&addr) || nodes.failures(&addr) > 0;
+                ((doubtful, rand::random::<u32>()), Broker { id, addr })
             })
             .collect();
         ranked.sort_unstable_by_key(|(rank, _)| *rank);
+        let sound = ranked.iter().filter(|((doubtful, _), _)| !doubtful).count();
+        if sound >= 2 {
+            ranked.truncate(sound);
+        }
         ranked.into_iter().map(|(_, broker)| broker).collect()
     }
 

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::client::KafkaClient;
 use super::config::{Broker, ClientConfig};
 use super::error::KafkaError;
-use super::fake::{FakeBroker, answer, described, metadata, naming, request};
+use super::fake::{Delay, FakeBroker, answer, described, metadata, naming, request};
 use super::state::Lesson;
 
 fn client(bootstrap: &[&str]) -> KafkaClient {
@@ -306,9 +306,28 @@ async fn scripted_brokers(
     named: Arc<AtomicUsize>,
     first_confirmation: &[Duration],
 ) -> Vec<FakeBroker> {
+    let delays = first_confirmation.iter().map(|&first_confirmation| {
+        let confirmations = AtomicUsize::new(0);
+        Arc::new(move |header: &RequestHeader, body: &Bytes| {
+            if is_confirmation(header, body) && confirmations.fetch_add(1, Ordering::SeqCst) == 0 {
+                first_confirmation
+            } else {
+                Duration::ZERO
+            }
+        }) as Delay
+    });
+    scripted_brokers_delayed(pairs, named, delays.collect()).await
+}
+
+/// [`scripted_brokers`], broker `b` holding each answer as `delays[b]` says.
+async fn scripted_brokers_delayed(
+    pairs: &[(i64, i16)],
+    named: Arc<AtomicUsize>,
+    delays: Vec<Delay>,
+) -> Vec<FakeBroker> {
     let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     let mut brokers = Vec::new();
-    for (&(pid, epoch), &first_confirmation) in pairs.iter().zip(first_confirmation) {
+    for (&(pid, epoch), delay) in pairs.iter().zip(delays) {
         let (addrs, named) = (addrs.clone(), named.clone());
         let script = Arc::new(move |header: &RequestHeader, body| {
             let addrs = addrs.lock().unwrap().clone();
@@ -333,14 +352,6 @@ async fn scripted_brokers(
                     Some(described(header, body, (pid, epoch), "Empty"))
                 }
                 _ => None,
-            }
-        });
-        let confirmations = AtomicUsize::new(0);
-        let delay = Arc::new(move |header: &RequestHeader, body: &Bytes| {
-            if is_confirmation(header, body) && confirmations.fetch_add(1, Ordering::SeqCst) == 0 {
-                first_confirmation
-            } else {
-                Duration::ZERO
             }
         });
         brokers.push(FakeBroker::start_delayed(script, delay).await);
@@ -507,6 +518,79 @@ async fn a_lone_check_whose_confirming_broker_hangs_costs_a_hedge_not_the_window
         }
     }
     panic!("no confirmation went to the hung broker in 20 checks");
+}
+
+#[tokio::test]
+async fn a_broker_that_hung_is_not_asked_to_confirm_again_while_two_others_can() {
+    // Broker 1 coordinates "r"; broker 0 hangs from its first confirmation
+    // on (every request but ApiVersions held a minute, as a stopped process
+    // whose kernel still accepts), broker 2 answers. The rounds prefer a
+    // confirming broker without batches of its own, which the hung one
+    // always is; once a request to it timed out it must not be asked again
+    // while brokers 1 and 2 can confirm, although its reconnect backoff
+    // ends several times during the checks.
+    let hung = Arc::new(AtomicBool::new(false));
+    let hold = {
+        let hung = hung.clone();
+        Arc::new(move |header: &RequestHeader, body: &Bytes| {
+            if is_confirmation(header, body) {
+                hung.store(true, Ordering::SeqCst);
+            }
+            if hung.load(Ordering::SeqCst) {
+                Duration::from_secs(60)
+            } else {
+                Duration::ZERO
+            }
+        }) as Delay
+    };
+    let at_once = || Arc::new(|_: &RequestHeader, _: &Bytes| Duration::ZERO) as Delay;
+    let brokers = scripted_brokers_delayed(
+        &[(7, 2), (7, 2), (7, 2)],
+        Arc::new(AtomicUsize::new(1)),
+        vec![hold, at_once(), at_once()],
+    )
+    .await;
+    let confirmations_to_0 = || {
+        brokers[0].requests(ApiKey::FindCoordinator).len()
+            + brokers[0].requests(ApiKey::Metadata).len()
+    };
+    let mut config = ClientConfig::new([brokers[2].addr.as_str()]);
+    config.request_timeout = Duration::from_millis(300);
+    config.operation_timeout = Duration::from_secs(8);
+    let client = KafkaClient::new(config).unwrap();
+    client.refresh_metadata(&[]).await.unwrap();
+    client.state().learn(Lesson::CoordinatorFound {
+        key: "r",
+        broker: &Broker {
+            id: 1,
+            addr: brokers[1].addr.clone(),
+        },
+    });
+    // Lone checks until one's confirmation went to broker 0 (each goes to
+    // 0 or 2 at random while 0 is sound), then past its request timeout.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !hung.load(Ordering::SeqCst) {
+        assert!(
+            Instant::now() < deadline,
+            "no confirmation went to broker 0"
+        );
+        client.describe_transaction("r").await.unwrap().unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let before = confirmations_to_0();
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut checks = 0;
+    while Instant::now() < until {
+        let answer = client.describe_transaction("r").await.unwrap().unwrap();
+        assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
+        checks += 1;
+    }
+    assert!(checks > 10, "only {checks} checks in 3 s");
+    assert_eq!(
+        confirmations_to_0() - before,
+        0,
+        "the hung broker was asked to confirm again ({checks} checks)"
+    );
 }
 
 /// An address nothing listens on.

@@ -132,7 +132,6 @@ impl NodeStates {
     }
 
     /// Backoffs `addr` earned since it last answered.
-    #[cfg(test)]
     pub(crate) fn failures(&self, addr: &str) -> u32 {
         lock(&self.nodes)
             .get(addr)
