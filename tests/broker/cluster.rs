@@ -32,7 +32,7 @@ use crate::support::cluster::{
     service_config, takeover, unavailable, verdicts,
 };
 use crate::support::service::start;
-use crate::support::unique;
+use crate::support::{http_client, unique};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killing_the_coordinator_of_held_roles() {
@@ -151,7 +151,7 @@ async fn a_broker_hung_for_20_seconds() {
     let paused = Instant::now();
     cluster().act("pause", victim);
     // Views of partitions on healthy leaders stay fresh during the hang.
-    let http = reqwest::Client::new();
+    let http = http_client().build().unwrap();
     let bound = ROSTER_TTL + Duration::from_secs(1);
     let mut oldest = Duration::ZERO;
     let mut late = Vec::new();
@@ -344,10 +344,7 @@ async fn a_coordinator_that_paused_and_came_back_never_says_authoritative_for_a_
         .partition_leader(&topic, 0)
         .await
         .unwrap();
-    let http = reqwest::Client::builder()
-        .timeout(CHECK_WAIT)
-        .build()
-        .unwrap();
+    let http = http_client().timeout(CHECK_WAIT).build().unwrap();
     let mut totals = (0usize, 0usize, 0usize);
     for round in 0..rounds {
         // A third of the names hash to each broker: 50 tries miss with a

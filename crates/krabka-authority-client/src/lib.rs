@@ -95,6 +95,12 @@ const MIN_RETRY_WAIT: Duration = Duration::from_millis(50);
 /// The largest body of a single check's answer (two echoes of a role at
 /// most, plus the rest).
 const MAX_ANSWER_BYTES: usize = 256 * 1024;
+/// How long an idle connection is kept for reuse: below the service's
+/// `--header-timeout` (10 s by default), after which the service closes a
+/// keep-alive connection waiting for its next request. A connection kept
+/// longer may be reused just as the service closes it, and the check fails
+/// with a connection error that no service fault caused.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Batch requests stay under the service's default body limit (1 MiB).
 const MAX_BATCH_BODY_BYTES: usize = 512 * 1024;
 
@@ -231,6 +237,7 @@ impl AuthorityClientBuilder {
         };
         let http = reqwest::Client::builder()
             .connect_timeout(self.connect_timeout)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             // A check is never redirected; following one could only lead
             // somewhere that does not answer the question.
             .redirect(reqwest::redirect::Policy::none())

@@ -9,6 +9,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::support::http_client;
+
 /// One sample of a role's view.
 #[derive(Clone, Debug)]
 pub(super) struct ViewSample {
@@ -43,7 +45,7 @@ impl Sampler {
         let (stop, stopped) = watch::channel(false);
         let (view_url, ready_url) = (format!("{url}/roles/{role}"), format!("{url}/readyz"));
         let task = tokio::spawn(async move {
-            let http = reqwest::Client::new();
+            let http = http_client().build().unwrap();
             let (mut views, mut ready) = (Vec::new(), Vec::new());
             while !*stopped.borrow() {
                 let at = Instant::now();
@@ -167,7 +169,7 @@ impl BrokerWatch {
         let (stop, stopped) = watch::channel(false);
         let (url, broker) = (format!("{url}/metrics"), format!("broker=\"{addr}\""));
         let task = tokio::spawn(async move {
-            let http = reqwest::Client::new();
+            let http = http_client().build().unwrap();
             let mut samples = Vec::new();
             while !*stopped.borrow() {
                 let at = Instant::now();

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use super::broker::kafka_script;
 use super::service::{Config, Service, config, start};
-use super::{capture_logs, unique};
+use super::{capture_logs, http_client, unique};
 
 /// Kafka's default `broker.session.timeout.ms`: how long a dead broker
 /// keeps its partitions before the controller moves them.
@@ -439,7 +439,7 @@ impl Load {
     ) -> Load {
         let (stop, stopped) = watch::channel(false);
         let answers: Arc<Mutex<Vec<Answer>>> = Arc::default();
-        let client = reqwest::Client::new();
+        let client = http_client().build().unwrap();
         let mut tasks = Vec::new();
         for w in 0..workers {
             let (url, roles, holders, known) = (
@@ -664,7 +664,7 @@ impl Scene {
     /// 200 for the token its holder holds now, within `within` (asked
     /// again while the holder changes, or while the service cannot ask).
     pub async fn holders_authoritative(&self, url: &str, within: Duration) {
-        let http = reqwest::Client::new();
+        let http = http_client().build().unwrap();
         let started = Instant::now();
         for role in &self.roles {
             loop {
