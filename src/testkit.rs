@@ -122,3 +122,47 @@ pub(crate) async fn eventually<T>(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// The log lines written while it lives, on this thread.
+pub(crate) struct Logs {
+    buffer: Arc<std::sync::Mutex<Vec<u8>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Sink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    pub(crate) fn capture() -> Logs {
+        let buffer: Arc<std::sync::Mutex<Vec<u8>>> = Arc::default();
+        let sink = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || Sink(sink.clone()))
+            .finish();
+        Logs {
+            buffer,
+            _guard: tracing::subscriber::set_default(subscriber),
+        }
+    }
+
+    /// The lines at `level` that mention `needle`.
+    pub(crate) fn lines(&self, level: &str, needle: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.buffer.lock().unwrap())
+            .lines()
+            .filter(|l| l.contains(level) && l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+}

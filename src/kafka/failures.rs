@@ -19,6 +19,7 @@ use super::config::{Broker, ClientConfig};
 use super::error::KafkaError;
 use super::fake::{Delay, FakeBroker, answer, described, metadata, naming, request};
 use super::state::Lesson;
+use crate::testkit::Logs;
 
 fn client(bootstrap: &[&str]) -> KafkaClient {
     let mut config = ClientConfig::new(bootstrap.iter().copied());
@@ -623,50 +624,6 @@ async fn a_refused_connection_says_so_even_while_its_broker_backs_off() {
         probe.contains("gave up") && probe.contains(&addr) && probe.contains("refused"),
         "{probe}"
     );
-}
-
-/// The log lines written while it lives, on this thread.
-struct Logs {
-    buffer: Arc<std::sync::Mutex<Vec<u8>>>,
-    _guard: tracing::subscriber::DefaultGuard,
-}
-
-struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Sink {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn capture() -> Logs {
-        let buffer: Arc<std::sync::Mutex<Vec<u8>>> = Arc::default();
-        let sink = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_ansi(false)
-            .with_writer(move || Sink(sink.clone()))
-            .finish();
-        Logs {
-            buffer,
-            _guard: tracing::subscriber::set_default(subscriber),
-        }
-    }
-
-    /// The lines at `level` that mention `needle`.
-    fn lines(&self, level: &str, needle: &str) -> Vec<String> {
-        String::from_utf8_lossy(&self.buffer.lock().unwrap())
-            .lines()
-            .filter(|l| l.contains(level) && l.contains(needle))
-            .map(str::to_owned)
-            .collect()
-    }
 }
 
 #[tokio::test]

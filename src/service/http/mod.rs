@@ -28,6 +28,7 @@ use futures::TryFutureExt;
 use futures::future::{Either, MapOk, Ready, ready};
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
@@ -187,6 +188,21 @@ fn harden(mut response: Response) -> Response {
     response
 }
 
+/// Logs a failed response. A 503 is an answer, not a fault of the
+/// request: the service fails closed while it cannot ask Kafka, and
+/// `/readyz` answers 503 until ready (a probe every few seconds); their
+/// causes are logged where they are known, once per change, and counted
+/// in the metrics. So a 503 is logged at debug, anything else at error.
+fn failed(class: ServerErrorsFailureClass, latency: Duration, _: &tracing::Span) {
+    let latency_ms = latency.as_millis();
+    match class {
+        ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE) => {
+            tracing::debug!(%class, latency_ms, "answered 503");
+        }
+        _ => tracing::error!(%class, latency_ms, "response failed"),
+    }
+}
+
 fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
     tracing::error!("a handler panicked");
     ApiError::Internal.into_response()
@@ -260,7 +276,8 @@ pub fn router(state: Arc<AppState>) -> Router {
                             .and_then(|v| v.to_str().ok())
                             .unwrap_or("-");
                         tracing::info_span!("request", request_id = %id, method = %request.method(), path = %request.uri().path())
-                    }),
+                    })
+                    .on_failure(failed),
                 )
                 .layer(PropagateRequestIdLayer::x_request_id())
                 .layer(CatchPanicLayer::custom(panicked)),

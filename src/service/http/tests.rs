@@ -909,3 +909,18 @@ async fn while_kafka_is_unreachable_at_start_readyz_says_why_at_once() {
     .await;
     prober.abort();
 }
+
+#[tokio::test]
+async fn a_503_is_an_answer_logged_at_debug_not_an_error() {
+    // /readyz answers 503 until ready, a probe every few seconds; checks
+    // answer 503 while Kafka cannot be asked. Neither is a fault to log at
+    // error (tower-http's default for every 5xx).
+    let logs = crate::testkit::Logs::capture();
+    let rig = rig();
+    assert_eq!(
+        call(&rig.app, get("/readyz")).await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(logs.lines("ERROR", "").len(), 0, "{:?}", logs.lines("", ""));
+    assert_eq!(logs.lines("DEBUG", "answered 503").len(), 1);
+}
