@@ -1,10 +1,14 @@
 //! One connection to one broker: length-prefixed frames, correlation ids and
 //! pipelining.
 //!
-//! A writer task sends whole frames in order; a reader task routes each
-//! response to the caller waiting on its correlation id. When either side
-//! fails the connection is poisoned: every request in flight fails at once
-//! with the same error and later calls fail fast, so the caller reconnects.
+//! The caller writes its whole frame itself, under the connection's write
+//! lock (no writer task: a request costs no task switch on the way out); a
+//! reader task reads through a buffer and routes each response to the
+//! caller waiting on its correlation id. When either side fails the
+//! connection is poisoned: every request in flight fails at once with the
+//! same error and later calls fail fast, so the caller reconnects. A caller
+//! that gives up halfway through writing its frame poisons it too: the
+//! broker would read the next frame from the middle of this one.
 //! A request that times out also poisons the connection, as Kafka's Java
 //! client does: a silent broker is a dead connection.
 
@@ -18,13 +22,17 @@ use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::error::KafkaError;
 use super::versions::{Versions, api_name};
 use crate::sync::lock;
+
+/// How much of the broker's answers one read may take at once: responses
+/// that arrive together are read with one system call.
+const READ_BUFFER: usize = 64 * 1024;
 
 /// Settings of one connection.
 #[derive(Clone, Debug)]
@@ -81,16 +89,37 @@ impl Drop for Waiter<'_> {
     }
 }
 
+/// Poisons the connection when dropped before [`Unfinished::done`]: a frame
+/// abandoned halfway (its caller timed out or went away) corrupts the stream.
+struct Unfinished<'a>(Option<&'a Shared>);
+
+impl Unfinished<'_> {
+    fn done(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0 {
+            shared.poison(shared.closed("a request was abandoned halfway through its write"));
+        }
+    }
+}
+
+type Sink = Box<dyn AsyncWrite + Send + Unpin>;
+
 /// A live connection to one broker.
 pub(crate) struct Connection {
     shared: Arc<Shared>,
-    frames: mpsc::Sender<Bytes>,
+    /// The write half; one frame at a time, whole.
+    sink: tokio::sync::Mutex<Sink>,
     next_id: AtomicI32,
     settings: ConnSettings,
     versions: Versions,
     /// The broker's finalized feature levels (e.g. `transaction.version`).
     features: HashMap<String, i16>,
-    tasks: [JoinHandle<()>; 2],
+    reader: JoinHandle<()>,
     /// When set, the connection is retired at this instant (the end of its
     /// SASL session, KIP-368): later requests open a new connection.
     retire_at: Option<tokio::time::Instant>,
@@ -110,15 +139,13 @@ impl std::fmt::Debug for Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
+        self.reader.abort();
     }
 }
 
 impl Connection {
-    /// Starts the reader and writer tasks over an open stream. Versions are
-    /// negotiated separately with [`Connection::negotiate`].
+    /// Starts the reader task over an open stream. Versions are negotiated
+    /// separately with [`Connection::negotiate`].
     pub(crate) fn start<S>(stream: S, addr: &str, settings: ConnSettings) -> Connection
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
@@ -128,17 +155,19 @@ impl Connection {
             addr: addr.to_owned(),
             pending: Mutex::new(Pending::Open(HashMap::new())),
         });
-        let (frames, rx) = mpsc::channel(256);
-        let reader = tokio::spawn(read_loop(read, shared.clone(), settings.max_frame_bytes));
-        let writer = tokio::spawn(write_loop(write, rx, shared.clone()));
+        let reader = tokio::spawn(read_loop(
+            BufReader::with_capacity(READ_BUFFER, read),
+            shared.clone(),
+            settings.max_frame_bytes,
+        ));
         Connection {
             shared,
-            frames,
+            sink: tokio::sync::Mutex::new(Box::new(write)),
             next_id: AtomicI32::new(0),
             settings,
             versions: Versions::default(),
             features: HashMap::new(),
-            tasks: [reader, writer],
+            reader,
             retire_at: None,
             cluster_id: None,
         }
@@ -227,7 +256,6 @@ impl Connection {
     /// True once the connection failed; a new one must be opened.
     pub(crate) fn is_closed(&self) -> bool {
         matches!(*lock(&self.shared.pending), Pending::Poisoned(_))
-            || self.frames.is_closed()
             || self
                 .retire_at
                 .is_some_and(|at| tokio::time::Instant::now() >= at)
@@ -288,9 +316,7 @@ impl Connection {
             shared: &self.shared,
             id,
         };
-        if self.frames.send(frame).await.is_err() {
-            return Err(self.shared.closed("writer stopped"));
-        }
+        self.write(&frame).await?;
         let mut body = match tokio::time::timeout(timeout, rx).await {
             Err(_) => {
                 let err = KafkaError::Timeout {
@@ -311,6 +337,27 @@ impl Connection {
         ResponseHeader::decode(&mut body, R::Response::header_version(version))
             .map_err(|e| protocol(format!("{e:#}")))?;
         R::Response::decode(&mut body, version).map_err(|e| protocol(format!("{e:#}")))
+    }
+
+    /// Writes one whole frame (and flushes it: TLS buffers) under the write
+    /// lock; a failure poisons the connection.
+    async fn write(&self, frame: &[u8]) -> Result<(), KafkaError> {
+        let mut sink = self.sink.lock().await;
+        if let Pending::Poisoned(err) = &*lock(&self.shared.pending) {
+            return Err(err.clone());
+        }
+        let unfinished = Unfinished(Some(&self.shared));
+        let written = async {
+            sink.write_all(frame).await?;
+            sink.flush().await
+        }
+        .await;
+        unfinished.done();
+        written.map_err(|e| {
+            let err = io_failure(&self.shared, "write", e);
+            self.shared.poison(err.clone());
+            err
+        })
     }
 
     fn encode<R: Request>(&self, request: &R, version: i16, id: i32) -> Result<Bytes, KafkaError> {
@@ -397,23 +444,6 @@ where
         }
     };
     shared.poison(err);
-}
-
-async fn write_loop<W>(mut write: W, mut frames: mpsc::Receiver<Bytes>, shared: Arc<Shared>)
-where
-    W: AsyncWrite + Unpin,
-{
-    while let Some(frame) = frames.recv().await {
-        let mut result = write.write_all(&frame).await;
-        if result.is_ok() && frames.is_empty() {
-            result = write.flush().await;
-        }
-        if let Err(e) = result {
-            shared.poison(io_failure(&shared, "write", e));
-            return;
-        }
-    }
-    let _ = write.shutdown().await;
 }
 
 #[cfg(test)]
@@ -576,6 +606,29 @@ mod tests {
             "{result:?}"
         );
         assert!(conn.is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_request_abandoned_halfway_through_its_write_poisons_the_connection() {
+        // The broker reads nothing, so the pipe of 16 bytes fills mid-frame.
+        let (client, _broker) = tokio::io::duplex(16);
+        let conn = connection(client);
+        let request = MetadataRequest::default().with_topics(Some(vec![
+            kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                .with_name(Some(StrBytes::from_static_str("a-topic-name").into()));
+            4
+        ]));
+        let call = conn.call(&request, Duration::from_secs(5));
+        let gave_up = tokio::time::timeout(Duration::from_millis(50), call).await;
+        assert!(gave_up.is_err(), "the write cannot finish: {gave_up:?}");
+        assert!(
+            conn.is_closed(),
+            "the next frame would follow half of this one"
+        );
+        assert!(matches!(
+            conn.call(&request, Duration::from_secs(5)).await,
+            Err(KafkaError::ConnectionClosed { .. })
+        ));
     }
 
     #[tokio::test]
