@@ -1065,3 +1065,111 @@ async fn a_read_has_its_leader_confirmed_by_another_broker_first() {
     );
     assert!(client.state().epochs().is_stale(&brokers[0].addr));
 }
+
+#[tokio::test]
+async fn a_round_waits_for_its_describes_so_the_next_takes_every_batch() {
+    // Brokers 0-2 each coordinate a third of the ids (partition p of
+    // `__transaction_state` led by broker p) and answer describes in 60, 66
+    // and 72 ms; broker 3 coordinates nothing, so it confirms every round,
+    // in 40 ms. A round that went on as soon as its confirmation returned
+    // would find every describe still in flight, and the describes,
+    // returning one by one, went in rounds of one or two batches: 0.67
+    // confirmations per describe (three runs). A round that waits for its
+    // describes too (as long again as its confirmation took, at most) takes
+    // the batches of the two coordinators that answered first; the third's
+    // checks, answered in the same instant, queue just after it: 0.51.
+    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let mut brokers = Vec::new();
+    for b in 0..4u64 {
+        let addrs = addrs.clone();
+        let script = Arc::new(move |header: &RequestHeader, body: Bytes| {
+            let addrs = addrs.lock().unwrap().clone();
+            let version = header.request_api_version;
+            match ApiKey::try_from(header.request_api_key).unwrap() {
+                ApiKey::Metadata => {
+                    let list: Vec<(i32, &str)> =
+                        (0..).zip(addrs.iter().map(String::as_str)).collect();
+                    let leaders = [(0, 0, 1), (1, 1, 1), (2, 2, 1)];
+                    let topic = Some(("__transaction_state", &leaders[..]));
+                    Some(answer(header, &metadata(&list, topic)))
+                }
+                ApiKey::FindCoordinator => {
+                    let asked = request(version, body);
+                    Some(answer(
+                        header,
+                        &naming(asked, |key| {
+                            let p = super::coordinator::partition_for(key, 3);
+                            (p as i32, addrs[p].as_str())
+                        }),
+                    ))
+                }
+                ApiKey::DescribeTransactions => Some(described(header, body, (7, 2), "Empty")),
+                _ => None,
+            }
+        });
+        let delay = Arc::new(move |header: &RequestHeader, body: &Bytes| {
+            if header.request_api_key == ApiKey::DescribeTransactions as i16 {
+                Duration::from_millis(60 + 6 * b)
+            } else if is_confirmation(header, body) {
+                Duration::from_millis(40)
+            } else {
+                Duration::ZERO
+            }
+        }) as Delay;
+        brokers.push(FakeBroker::start_delayed(script, delay).await);
+    }
+    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+    let client = client(&[&brokers[3].addr]);
+    client.refresh_metadata(&[]).await.unwrap();
+    // Eight ids per coordinator, each checked in a loop of its own.
+    let mut ids: Vec<(String, usize)> = Vec::new();
+    for n in 0.. {
+        let id = format!("role-{n}");
+        let p = super::coordinator::partition_for(&id, 3);
+        if ids.iter().filter(|(_, q)| *q == p).count() < 8 {
+            let broker = Broker {
+                id: p as i32,
+                addr: brokers[p].addr.clone(),
+            };
+            client.state().learn(Lesson::CoordinatorFound {
+                key: &id,
+                broker: &broker,
+            });
+            ids.push((id, p));
+        }
+        if ids.len() == 24 {
+            break;
+        }
+    }
+    let until = Instant::now() + Duration::from_secs(2);
+    let loops = ids.into_iter().map(|(id, _)| {
+        let client = client.clone();
+        async move {
+            let mut checks = 0;
+            while Instant::now() < until {
+                let answer = client.describe_transaction(&id).await.unwrap().unwrap();
+                assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
+                checks += 1;
+            }
+            checks
+        }
+    });
+    let checks: usize = futures::future::join_all(loops).await.into_iter().sum();
+    let count = |f: &dyn Fn(&FakeBroker) -> usize| brokers.iter().map(f).sum::<usize>();
+    let describes = count(&|b| b.requests(ApiKey::DescribeTransactions).len());
+    let confirmations = count(&|b| {
+        b.requests(ApiKey::FindCoordinator).len()
+            + b.requests(ApiKey::Metadata)
+                .into_iter()
+                .filter(|(v, body)| {
+                    let asked: MetadataRequest = request(*v, body.clone());
+                    asked.topics.is_some_and(|t| !t.is_empty())
+                })
+                .count()
+    });
+    assert!(checks > 200, "only {checks} checks");
+    assert!(
+        confirmations * 5 < describes * 3,
+        "{confirmations} confirmations for {describes} describes ({checks} checks)"
+    );
+}
