@@ -316,8 +316,15 @@ impl Connection {
             shared: &self.shared,
             id,
         };
-        self.write(&frame).await?;
-        let mut body = match tokio::time::timeout(timeout, rx).await {
+        // The timeout covers the write too: a broker that stopped reading
+        // (its socket buffer full) fails the request as one that does not
+        // answer, and poisons the connection the same way.
+        let answered = tokio::time::timeout(timeout, async {
+            self.write(&frame).await?;
+            rx.await
+                .unwrap_or_else(|_| Err(self.shared.closed("reader stopped")))
+        });
+        let mut body = match answered.await {
             Err(_) => {
                 let err = KafkaError::Timeout {
                     api,
@@ -327,8 +334,7 @@ impl Connection {
                 self.shared.poison(err.clone());
                 return Err(err);
             }
-            Ok(Err(_)) => return Err(self.shared.closed("reader stopped")),
-            Ok(Ok(result)) => result?,
+            Ok(result) => result?,
         };
         let protocol = |e: String| KafkaError::Protocol {
             addr: addr.clone(),
@@ -629,6 +635,31 @@ mod tests {
             conn.call(&request, Duration::from_secs(5)).await,
             Err(KafkaError::ConnectionClosed { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn a_broker_that_stops_reading_times_the_request_out() {
+        // Nothing reads the pipe of 16 bytes: the write itself cannot end.
+        let (client, _broker) = tokio::io::duplex(16);
+        let conn = connection(client);
+        let request = MetadataRequest::default();
+        let result = tokio::time::timeout(
+            Duration::from_secs(5),
+            conn.call(&request, Duration::from_millis(100)),
+        )
+        .await
+        .expect("the request timeout covers the write");
+        assert!(
+            matches!(
+                result,
+                Err(KafkaError::Timeout {
+                    api: "Metadata",
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
+        assert!(conn.is_closed());
     }
 
     #[tokio::test]
