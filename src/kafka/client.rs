@@ -298,11 +298,15 @@ impl KafkaClient {
     }
 
     /// Broker addresses in the order to ask them for a request any broker
-    /// can answer: brokers with a live, idle connection first, then brokers
-    /// not connected yet, then busy ones, and brokers in reconnect backoff
-    /// last; ties in random order so load spreads (Java's `leastLoadedNode`).
-    /// Stale brokers (metadata behind another broker's) are left out. The
-    /// bootstrap list stands in until metadata names the brokers.
+    /// can answer, as Java's `leastLoadedNode` ranks them: brokers with a
+    /// live connection first, the fewest requests in flight first; then
+    /// brokers not connected yet, then those being connected to, then those
+    /// whose reconnect backoff ended without an answer since (a hung broker
+    /// accepts connections and answers nothing: asked first, it would cost
+    /// every request a hedge delay), and brokers in reconnect backoff last;
+    /// ties in random order so load spreads. Stale brokers (metadata behind
+    /// another broker's) are left out. The bootstrap list stands in until
+    /// metadata names the brokers.
     pub(crate) fn brokers_by_load(&self, exclude: &[&str]) -> Vec<String> {
         let mut addrs: Vec<String> = self.state().metadata().broker_addrs();
         if addrs.is_empty() {
@@ -316,19 +320,24 @@ impl KafkaClient {
         let mut ranked: Vec<((u8, usize, u32), String)> = addrs
             .into_iter()
             .map(|addr| {
-                let blocked = self.state().nodes().is_blocked(&addr);
+                let nodes = self.state().nodes();
+                let unconnected = if nodes.is_blocked(&addr) {
+                    (4, 0)
+                } else if nodes.failures(&addr) > 0 {
+                    (3, 0)
+                } else {
+                    (1, 0)
+                };
                 let load = match slots.get(&addr).map(|s| s.try_lock()) {
                     // Someone is connecting: may be a hung broker.
-                    Some(Err(_)) => (2, usize::MAX),
+                    Some(Err(_)) => (2, 0),
                     Some(Ok(conn)) => match conn.as_ref().filter(|c| !c.is_closed()) {
-                        Some(c) if c.in_flight() == 0 => (0, 0),
-                        Some(c) => (2, c.in_flight()),
-                        None => (1, 0),
+                        Some(c) => (0, c.in_flight()),
+                        None => unconnected,
                     },
-                    None => (1, 0),
+                    None => unconnected,
                 };
-                let rank = if blocked { 3 } else { load.0 };
-                ((rank, load.1, rand::random::<u32>()), addr)
+                ((load.0, load.1, rand::random::<u32>()), addr)
             })
             .collect();
         ranked.sort();

@@ -1173,3 +1173,64 @@ async fn a_round_waits_for_its_describes_so_the_next_takes_every_batch() {
         "{confirmations} confirmations for {describes} describes ({checks} checks)"
     );
 }
+
+#[tokio::test]
+async fn a_hung_broker_whose_backoff_ended_is_asked_after_busy_live_ones() {
+    // Broker 0 accepts and answers nothing (a SIGSTOPped broker); 1 and 2
+    // answer Metadata, a request of the topic "busy" after 100 ms. Once 0
+    // failed and its backoff ended, a request any broker can answer goes
+    // to 1 or 2 even while both have a request in flight (as Java's
+    // `leastLoadedNode` prefers a connected node to one it must connect
+    // to): not to 0, which would cost it the hedge delay.
+    let hung = FakeBroker::start(Arc::new(|_, _| None)).await;
+    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let mut live = Vec::new();
+    for _ in 0..2 {
+        let addrs = addrs.clone();
+        let script = Arc::new(move |header: &RequestHeader, _body: Bytes| {
+            let addrs = addrs.lock().unwrap().clone();
+            let list: Vec<(i32, &str)> = (0..).zip(addrs.iter().map(String::as_str)).collect();
+            (header.request_api_key == ApiKey::Metadata as i16)
+                .then(|| answer(header, &metadata(&list, None)))
+        });
+        let delay = Arc::new(|header: &RequestHeader, body: &Bytes| {
+            let asked: MetadataRequest = request(header.request_api_version, body.clone());
+            let busy = asked.topics.is_some_and(|t| {
+                t.iter()
+                    .any(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == "busy"))
+            });
+            if busy {
+                Duration::from_millis(100)
+            } else {
+                Duration::ZERO
+            }
+        }) as Delay;
+        live.push(FakeBroker::start_delayed(script, delay).await);
+    }
+    *addrs.lock().unwrap() = vec![
+        hung.addr.clone(),
+        live[0].addr.clone(),
+        live[1].addr.clone(),
+    ];
+    let mut config = ClientConfig::new([live[0].addr.as_str()]);
+    config.request_timeout = Duration::from_millis(300);
+    config.connect_timeout = Duration::from_millis(300);
+    let client = KafkaClient::new(config).unwrap();
+    client.refresh_metadata(&[]).await.unwrap();
+    assert!(client.connection(&hung.addr).await.is_err());
+    until_unblocked(&client, &hung.addr).await;
+    let asked_hung = || hung.requests(ApiKey::Metadata).len();
+    let before = asked_hung();
+    for broker in &live {
+        let (client, addr) = (client.clone(), broker.addr.clone());
+        tokio::spawn(async move {
+            let busy = super::metadata::build_metadata(vec!["busy".to_owned()]);
+            client.send_to(&addr, &busy).await
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let request = super::metadata::build_metadata(Vec::new());
+    let (_, from) = client.send_any(&request, &[]).await.unwrap();
+    assert_ne!(from, hung.addr);
+    assert_eq!(asked_hung(), before, "the hung broker was asked again");
+}
