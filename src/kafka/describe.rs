@@ -422,6 +422,11 @@ impl KafkaClient {
             {
                 // Until the confirmation is answered or slow: a slow one
                 // must not hold the next round, which carries its batch.
+                // Nor may the describe: once the confirmation is in, it gets
+                // as long again as the confirmation took, then a task of its
+                // own (a hung coordinator's describe, or its connection,
+                // would hold every other coordinator's checks).
+                let sent = Instant::now();
                 let mut describe: futures::future::BoxFuture<'static, ()> = Box::pin(describe);
                 tokio::pin!(confirm);
                 let mut described = false;
@@ -432,9 +437,12 @@ impl KafkaClient {
                     }
                 };
                 if !described {
-                    if answered {
-                        describe.await;
+                    let more = if answered {
+                        sent.elapsed()
                     } else {
+                        Duration::ZERO
+                    };
+                    if tokio::time::timeout(more, &mut describe).await.is_err() {
                         tokio::spawn(describe);
                     }
                 }

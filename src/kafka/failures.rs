@@ -1234,3 +1234,88 @@ async fn a_hung_broker_whose_backoff_ended_is_asked_after_busy_live_ones() {
     assert_ne!(from, hung.addr);
     assert_eq!(asked_hung(), before, "the hung broker was asked again");
 }
+
+#[tokio::test]
+async fn a_lone_describe_of_a_hung_coordinator_holds_no_other_check() {
+    // Partition p of `__transaction_state` is led by broker p; broker 1
+    // holds its describes a minute (hung), the others answer at once. A
+    // lone check of an id of broker 1 goes out with its confirmation, which
+    // returns; its describe must not hold the round loop until the request
+    // timeout: a check of an id of broker 2 sent meanwhile is answered at
+    // once.
+    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let mut brokers = Vec::new();
+    for b in 0..3 {
+        let addrs = addrs.clone();
+        let script = Arc::new(move |header: &RequestHeader, body: Bytes| {
+            let addrs = addrs.lock().unwrap().clone();
+            let version = header.request_api_version;
+            match ApiKey::try_from(header.request_api_key).unwrap() {
+                ApiKey::Metadata => {
+                    let list: Vec<(i32, &str)> =
+                        (0..).zip(addrs.iter().map(String::as_str)).collect();
+                    let leaders = [(0, 0, 1), (1, 1, 1), (2, 2, 1)];
+                    let topic = Some(("__transaction_state", &leaders[..]));
+                    Some(answer(header, &metadata(&list, topic)))
+                }
+                ApiKey::FindCoordinator => {
+                    let asked = request(version, body);
+                    Some(answer(
+                        header,
+                        &naming(asked, |key| {
+                            let p = super::coordinator::partition_for(key, 3);
+                            (p as i32, addrs[p].as_str())
+                        }),
+                    ))
+                }
+                ApiKey::DescribeTransactions => Some(described(header, body, (7, 2), "Empty")),
+                _ => None,
+            }
+        });
+        let delay = Arc::new(move |header: &RequestHeader, _: &Bytes| {
+            if b == 1 && header.request_api_key == ApiKey::DescribeTransactions as i16 {
+                Duration::from_secs(60)
+            } else {
+                Duration::ZERO
+            }
+        }) as Delay;
+        brokers.push(FakeBroker::start_delayed(script, delay).await);
+    }
+    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+    let mut config = ClientConfig::new([brokers[0].addr.as_str()]);
+    config.request_timeout = Duration::from_secs(3);
+    config.operation_timeout = Duration::from_secs(8);
+    let client = KafkaClient::new(config).unwrap();
+    client.refresh_metadata(&[]).await.unwrap();
+    let id_of = |p: usize| {
+        (0..)
+            .map(|n| format!("role-{n}"))
+            .find(|id| super::coordinator::partition_for(id, 3) == p)
+            .unwrap()
+    };
+    let (hung, live) = (id_of(1), id_of(2));
+    for (id, p) in [(&hung, 1), (&live, 2)] {
+        let broker = Broker {
+            id: p as i32,
+            addr: brokers[p].addr.clone(),
+        };
+        client.state().learn(Lesson::CoordinatorFound {
+            key: id,
+            broker: &broker,
+        });
+    }
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move { client.describe_transaction(&hung).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let answer = client.describe_transaction(&live).await.unwrap().unwrap();
+    let took = started.elapsed();
+    assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
+    assert!(
+        took < Duration::from_secs(1),
+        "a check of a live coordinator waited {took:?} behind a hung one's describe"
+    );
+    waiting.abort();
+}
