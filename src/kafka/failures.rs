@@ -1066,21 +1066,14 @@ async fn a_read_has_its_leader_confirmed_by_another_broker_first() {
     assert!(client.state().epochs().is_stale(&brokers[0].addr));
 }
 
-#[tokio::test]
-async fn a_round_waits_for_its_describes_so_the_next_takes_every_batch() {
-    // Brokers 0-2 each coordinate a third of the ids (partition p of
-    // `__transaction_state` led by broker p) and answer describes in 60, 66
-    // and 72 ms; broker 3 coordinates nothing, so it confirms every round,
-    // in 40 ms. A round that went on as soon as its confirmation returned
-    // would find every describe still in flight, and the describes,
-    // returning one by one, went in rounds of one or two batches: 0.67
-    // confirmations per describe (three runs). A round that waits for its
-    // describes too (as long again as its confirmation took, at most) takes
-    // the batches of the two coordinators that answered first; the third's
-    // checks, answered in the same instant, queue just after it: 0.51.
+/// `count` brokers; partition p of `__transaction_state` (three of them)
+/// is led by broker p, so broker p coordinates the ids `partition_for`
+/// maps to p (FindCoordinator says the same). Every describe is answered
+/// with the pair 7:2; broker `b` holds each answer as `delay(b)` says.
+async fn partition_leaders(count: usize, delay: impl Fn(usize) -> Delay) -> Vec<FakeBroker> {
     let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     let mut brokers = Vec::new();
-    for b in 0..4u64 {
+    for b in 0..count {
         let addrs = addrs.clone();
         let script = Arc::new(move |header: &RequestHeader, body: Bytes| {
             let addrs = addrs.lock().unwrap().clone();
@@ -1107,18 +1100,48 @@ async fn a_round_waits_for_its_describes_so_the_next_takes_every_batch() {
                 _ => None,
             }
         });
-        let delay = Arc::new(move |header: &RequestHeader, body: &Bytes| {
+        brokers.push(FakeBroker::start_delayed(script, delay(b)).await);
+    }
+    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+    brokers
+}
+
+/// Tells `client` that broker `p` of [`partition_leaders`] coordinates `id`.
+fn learn_coordinator(client: &KafkaClient, brokers: &[FakeBroker], id: &str, p: usize) {
+    let broker = Broker {
+        id: p as i32,
+        addr: brokers[p].addr.clone(),
+    };
+    client.state().learn(Lesson::CoordinatorFound {
+        key: id,
+        broker: &broker,
+    });
+}
+
+#[tokio::test]
+async fn a_round_waits_for_its_describes_so_the_next_takes_every_batch() {
+    // Brokers 0-2 each coordinate a third of the ids (partition p of
+    // `__transaction_state` led by broker p) and answer describes in 60, 66
+    // and 72 ms; broker 3 coordinates nothing, so it confirms every round,
+    // in 40 ms. A round that went on as soon as its confirmation returned
+    // would find every describe still in flight, and the describes,
+    // returning one by one, went in rounds of one or two batches: 0.67
+    // confirmations per describe (three runs). A round that waits for its
+    // describes too (as long again as its confirmation took, at most) takes
+    // the batches of the two coordinators that answered first; the third's
+    // checks, answered in the same instant, queue just after it: 0.51.
+    let brokers = partition_leaders(4, |b| {
+        Arc::new(move |header: &RequestHeader, body: &Bytes| {
             if header.request_api_key == ApiKey::DescribeTransactions as i16 {
-                Duration::from_millis(60 + 6 * b)
+                Duration::from_millis(60 + 6 * b as u64)
             } else if is_confirmation(header, body) {
                 Duration::from_millis(40)
             } else {
                 Duration::ZERO
             }
-        }) as Delay;
-        brokers.push(FakeBroker::start_delayed(script, delay).await);
-    }
-    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+        }) as Delay
+    })
+    .await;
     let client = client(&[&brokers[3].addr]);
     client.refresh_metadata(&[]).await.unwrap();
     // Eight ids per coordinator, each checked in a loop of its own.
@@ -1127,14 +1150,7 @@ async fn a_round_waits_for_its_describes_so_the_next_takes_every_batch() {
         let id = format!("role-{n}");
         let p = super::coordinator::partition_for(&id, 3);
         if ids.iter().filter(|(_, q)| *q == p).count() < 8 {
-            let broker = Broker {
-                id: p as i32,
-                addr: brokers[p].addr.clone(),
-            };
-            client.state().learn(Lesson::CoordinatorFound {
-                key: &id,
-                broker: &broker,
-            });
+            learn_coordinator(&client, &brokers, &id, p);
             ids.push((id, p));
         }
         if ids.len() == 24 {
@@ -1243,45 +1259,16 @@ async fn a_lone_describe_of_a_hung_coordinator_holds_no_other_check() {
     // returns; its describe must not hold the round loop until the request
     // timeout: a check of an id of broker 2 sent meanwhile is answered at
     // once.
-    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
-    let mut brokers = Vec::new();
-    for b in 0..3 {
-        let addrs = addrs.clone();
-        let script = Arc::new(move |header: &RequestHeader, body: Bytes| {
-            let addrs = addrs.lock().unwrap().clone();
-            let version = header.request_api_version;
-            match ApiKey::try_from(header.request_api_key).unwrap() {
-                ApiKey::Metadata => {
-                    let list: Vec<(i32, &str)> =
-                        (0..).zip(addrs.iter().map(String::as_str)).collect();
-                    let leaders = [(0, 0, 1), (1, 1, 1), (2, 2, 1)];
-                    let topic = Some(("__transaction_state", &leaders[..]));
-                    Some(answer(header, &metadata(&list, topic)))
-                }
-                ApiKey::FindCoordinator => {
-                    let asked = request(version, body);
-                    Some(answer(
-                        header,
-                        &naming(asked, |key| {
-                            let p = super::coordinator::partition_for(key, 3);
-                            (p as i32, addrs[p].as_str())
-                        }),
-                    ))
-                }
-                ApiKey::DescribeTransactions => Some(described(header, body, (7, 2), "Empty")),
-                _ => None,
-            }
-        });
-        let delay = Arc::new(move |header: &RequestHeader, _: &Bytes| {
+    let brokers = partition_leaders(3, |b| {
+        Arc::new(move |header: &RequestHeader, _: &Bytes| {
             if b == 1 && header.request_api_key == ApiKey::DescribeTransactions as i16 {
                 Duration::from_secs(60)
             } else {
                 Duration::ZERO
             }
-        }) as Delay;
-        brokers.push(FakeBroker::start_delayed(script, delay).await);
-    }
-    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+        }) as Delay
+    })
+    .await;
     let mut config = ClientConfig::new([brokers[0].addr.as_str()]);
     config.request_timeout = Duration::from_secs(3);
     config.operation_timeout = Duration::from_secs(8);
@@ -1294,16 +1281,8 @@ async fn a_lone_describe_of_a_hung_coordinator_holds_no_other_check() {
             .unwrap()
     };
     let (hung, live) = (id_of(1), id_of(2));
-    for (id, p) in [(&hung, 1), (&live, 2)] {
-        let broker = Broker {
-            id: p as i32,
-            addr: brokers[p].addr.clone(),
-        };
-        client.state().learn(Lesson::CoordinatorFound {
-            key: id,
-            broker: &broker,
-        });
-    }
+    learn_coordinator(&client, &brokers, &hung, 1);
+    learn_coordinator(&client, &brokers, &live, 2);
     let waiting = {
         let client = client.clone();
         tokio::spawn(async move { client.describe_transaction(&hung).await })
