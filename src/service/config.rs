@@ -180,8 +180,8 @@ impl Default for CheckSettings {
 /// The watcher of the topic and its views.
 #[derive(Args, Clone, Debug)]
 pub struct WatchSettings {
-    /// How stale a roster view may get: the longest wait of the watcher's
-    /// long polls, after which a partition is read again.
+    /// How stale a roster view may get (plus a round trip): the watcher's
+    /// long polls wait half of it, and a view is up to two of them old.
     #[arg(long, env = "KRABKA_ROSTER_TTL", default_value = "1s", value_parser = duration_between(MS, MINUTE))]
     pub roster_ttl: Duration,
 

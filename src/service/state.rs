@@ -159,7 +159,7 @@ impl AppState {
             checker.clone(),
             WatchConfig {
                 topic: config.kafka.topic.clone(),
-                long_poll: watch.roster_ttl,
+                long_poll: long_poll(watch.roster_ttl),
                 stale_after: stale_after(watch.roster_ttl),
                 poll_interval: watch.poll_interval,
                 max_describe_batch: config.check.max_describe_batch,
@@ -280,9 +280,17 @@ impl AppState {
     }
 }
 
+/// The watcher's long-poll wait: half the roster TTL. A read is complete as
+/// of its fetch's send instant, and a quiet partition's next read lands one
+/// wait after the last, so a view grows up to two waits (and a round trip)
+/// old: with waits of a whole TTL, two TTLs.
+pub fn long_poll(roster_ttl: Duration) -> Duration {
+    roster_ttl / 2
+}
+
 /// When a partition's views are too old to call the service ready: five
 /// roster TTLs, at least 2 s. A healthy partition's views are at most about
-/// two TTLs old (a long poll's wait, then a confirmation's).
+/// one TTL old (two long-poll waits, see [`long_poll`]).
 pub fn stale_after(roster_ttl: Duration) -> Duration {
     (roster_ttl * 5).max(Duration::from_secs(2))
 }

@@ -11,9 +11,9 @@ use krabka_authority::transport::{Coordinator, Registrar};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::support::broker::{client, topic, transport};
+use crate::support::broker::{bootstrap, client, topic, transport};
 use crate::support::leadership::{fast_options, holds};
-use crate::support::service::{Service, get, metric, ready, start, watcher_config};
+use crate::support::service::{Service, config, get, metric, ready, start, watcher_config};
 use crate::support::{eventually, unique};
 
 async fn view(service: &Service, role: &str) -> Value {
@@ -566,4 +566,45 @@ async fn random_garbage_in_the_topic_is_counted_by_part_and_skipped() {
             "{path}"
         );
     }
+}
+
+/// A partition nothing is written to is read by long polls of half the
+/// roster TTL: its view is never much more than one TTL old (with waits of
+/// a whole TTL it grew two TTLs old before each read landed).
+#[tokio::test]
+async fn a_quiet_partitions_view_is_at_most_one_roster_ttl_old() {
+    let topic = topic(3).await;
+    let config = config(&bootstrap(), &topic);
+    let ttl = config.watch.roster_ttl;
+    let service = start(config).await;
+    ready(&service).await;
+    let role = unique("quiet");
+    transport(&topic)
+        .await
+        .register(&role, "m0", 1)
+        .await
+        .unwrap();
+    eventually(|| async {
+        (view(&service, &role).await["members"][0]["member"] == "m0").then_some(())
+    })
+    .await;
+    let mut oldest = 0;
+    let until = Instant::now() + ttl * 8;
+    while Instant::now() < until {
+        oldest = oldest.max(
+            view(&service, &role).await["view"]["ageMs"]
+                .as_u64()
+                .unwrap(),
+        );
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    let ttl = ttl.as_millis() as u64;
+    assert!(
+        oldest <= ttl + 250,
+        "a view {oldest} ms old, roster TTL {ttl} ms"
+    );
+    assert!(
+        oldest >= ttl / 4,
+        "the view ages between reads: {oldest} ms"
+    );
 }

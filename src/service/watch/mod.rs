@@ -85,7 +85,8 @@ pub enum NotReady {
 pub struct WatchConfig {
     /// The coordination topic.
     pub topic: String,
-    /// Longest wait of one long poll: how stale a view may get.
+    /// Longest wait of one long poll (and the interval of the leaders'
+    /// confirmations): a view gets up to two of them old.
     pub long_poll: Duration,
     /// A partition whose view is older than this is not ready.
     pub stale_after: Duration,
