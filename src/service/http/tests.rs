@@ -924,3 +924,63 @@ async fn a_503_is_an_answer_logged_at_debug_not_an_error() {
     assert_eq!(logs.lines("ERROR", "").len(), 0, "{:?}", logs.lines("", ""));
     assert_eq!(logs.lines("DEBUG", "answered 503").len(), 1);
 }
+
+#[tokio::test]
+async fn a_partition_that_keeps_failing_is_logged_at_warn_once_until_it_reads_again() {
+    let logs = crate::testkit::Logs::capture();
+    let rig = rig();
+    let partitions = 4;
+    eventually(FIVE_S, "the watcher reading", async || {
+        (!logs
+            .lines("INFO", "watching the coordination topic")
+            .is_empty())
+        .then_some(())
+    })
+    .await;
+    let warned = || logs.lines("WARN", "cannot read a partition").len();
+    rig.cluster.set_unavailable(Some("the broker is down"));
+    eventually(
+        FIVE_S,
+        "three polls of every partition failed",
+        async || (logs.lines("", "cannot read a partition").len() >= 3 * partitions).then_some(()),
+    )
+    .await;
+    assert_eq!(warned(), partitions, "at warn once per partition");
+
+    rig.cluster.set_unavailable(None);
+    eventually(FIVE_S, "every partition read again", async || {
+        (logs.lines("INFO", "readable again").len() == partitions).then_some(())
+    })
+    .await;
+    rig.cluster.set_unavailable(Some("the broker is down"));
+    eventually(FIVE_S, "failing anew is said anew", async || {
+        (warned() == 2 * partitions).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_topic_that_stays_unreadable_is_logged_at_warn_once_per_error() {
+    let logs = crate::testkit::Logs::capture();
+    let cluster = MemoryCluster::new(4);
+    cluster.set_unavailable(Some("the broker is down"));
+    let _rig = rig_on(cluster.clone(), service_config());
+    eventually(FIVE_S, "three looks at the topic failed", async || {
+        (logs.lines("", "coordination topic is").len() >= 3).then_some(())
+    })
+    .await;
+    assert_eq!(logs.lines("WARN", "not readable yet").len(), 1);
+    cluster.set_unavailable(Some("access denied"));
+    eventually(FIVE_S, "another error is said at warn", async || {
+        (logs.lines("WARN", "not readable yet").len() == 2).then_some(())
+    })
+    .await;
+    cluster.set_unavailable(None);
+    eventually(FIVE_S, "the watcher reading", async || {
+        (!logs
+            .lines("INFO", "watching the coordination topic")
+            .is_empty())
+        .then_some(())
+    })
+    .await;
+}

@@ -301,6 +301,7 @@ impl Watcher {
             Jitter::EQUAL,
         );
         let mut told_absent = false;
+        let mut told: Option<String> = None;
         loop {
             let topic = &self.config.topic;
             let checked = async {
@@ -337,8 +338,15 @@ impl Watcher {
                     self.set_search(TopicSearch::Absent);
                 }
                 Err(e) => {
-                    tracing::warn!(topic = %topic, error = %e, "the coordination topic is not readable yet; retrying");
-                    self.set_search(TopicSearch::Looking(Some(e.to_string())));
+                    // At warn when the error changes, its repeats at debug.
+                    let error = e.to_string();
+                    if told.as_deref() == Some(error.as_str()) {
+                        tracing::debug!(topic = %topic, %error, "the coordination topic is still not readable; retrying");
+                    } else {
+                        tracing::warn!(topic = %topic, %error, "the coordination topic is not readable yet; retrying");
+                    }
+                    self.set_search(TopicSearch::Looking(Some(error.clone())));
+                    told = Some(error);
                 }
             }
             tokio::time::sleep(backoff.next_delay()).await;
@@ -373,7 +381,12 @@ impl Watcher {
                         }
                         let before = part.tracker.caught_up();
                         let lag = part.tracker.advance(next_offset, last_stable_offset);
-                        part.error = None;
+                        if part.error.take().is_some() {
+                            tracing::info!(
+                                partition,
+                                "a partition of the coordination topic is readable again"
+                            );
+                        }
                         part.read_at_ms = Some(now);
                         if let Some(at) = complete_as_of {
                             // On the service clock: as long before now as
@@ -395,10 +408,21 @@ impl Watcher {
                     self.apply(partition, &mut effects);
                 }
                 Tailed::Failed { partition, error } => {
-                    tracing::warn!(partition, %error, "cannot read a partition of the coordination topic; retrying");
-                    if let Some(slot) = usize::try_from(partition).ok().and_then(|p| parts.get(p)) {
-                        lock(slot).error = Some(error.to_string());
+                    let Some(slot) = usize::try_from(partition).ok().and_then(|p| parts.get(p))
+                    else {
+                        continue;
+                    };
+                    let error = error.to_string();
+                    let mut part = lock(slot);
+                    // At warn when the partition starts failing, or fails
+                    // otherwise; the retries' repeats at debug (one per
+                    // partition per poll would flood the log).
+                    if part.error.as_deref() == Some(error.as_str()) {
+                        tracing::debug!(partition, %error, "still cannot read a partition of the coordination topic; retrying");
+                    } else {
+                        tracing::warn!(partition, %error, "cannot read a partition of the coordination topic; retrying");
                     }
+                    part.error = Some(error);
                 }
             }
         }
