@@ -283,9 +283,10 @@ impl AppState {
 /// The watcher's long-poll wait: half the roster TTL. A read is complete as
 /// of its fetch's send instant, and a quiet partition's next read lands one
 /// wait after the last, so a view grows up to two waits (and a round trip)
-/// old: with waits of a whole TTL, two TTLs.
+/// old: with waits of a whole TTL, two TTLs. At least 1 ms: Fetch counts
+/// its wait in whole milliseconds, and a wait of 0 polls without pause.
 pub fn long_poll(roster_ttl: Duration) -> Duration {
-    roster_ttl / 2
+    (roster_ttl / 2).max(Duration::from_millis(1))
 }
 
 /// When a partition's views are too old to call the service ready: five
@@ -297,4 +298,21 @@ pub fn stale_after(roster_ttl: Duration) -> Duration {
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_long_poll_waits_half_the_roster_ttl_and_never_0_ms() {
+        assert_eq!(
+            long_poll(Duration::from_secs(1)),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            long_poll(Duration::from_millis(1)),
+            Duration::from_millis(1)
+        );
+    }
 }
