@@ -321,21 +321,23 @@ impl KafkaClient {
             .into_iter()
             .map(|addr| {
                 let nodes = self.state().nodes();
-                let unconnected = if nodes.is_blocked(&addr) {
-                    (4, 0)
-                } else if nodes.failures(&addr) > 0 {
-                    (3, 0)
-                } else {
-                    (1, 0)
+                let unconnected = || {
+                    if nodes.is_blocked(&addr) {
+                        (4, 0)
+                    } else if nodes.failures(&addr) > 0 {
+                        (3, 0)
+                    } else {
+                        (1, 0)
+                    }
                 };
                 let load = match slots.get(&addr).map(|s| s.try_lock()) {
                     // Someone is connecting: may be a hung broker.
                     Some(Err(_)) => (2, 0),
                     Some(Ok(conn)) => match conn.as_ref().filter(|c| !c.is_closed()) {
                         Some(c) => (0, c.in_flight()),
-                        None => unconnected,
+                        None => unconnected(),
                     },
-                    None => unconnected,
+                    None => unconnected(),
                 };
                 ((load.0, load.1, rand::random::<u32>()), addr)
             })

@@ -925,11 +925,8 @@ async fn a_503_is_an_answer_logged_at_debug_not_an_error() {
     assert_eq!(logs.lines("DEBUG", "answered 503").len(), 1);
 }
 
-#[tokio::test]
-async fn a_partition_that_keeps_failing_is_logged_at_warn_once_until_it_reads_again() {
-    let logs = crate::testkit::Logs::capture();
-    let rig = rig();
-    let partitions = 4;
+/// Until the watcher says it reads the topic.
+async fn watching(logs: &crate::testkit::Logs) {
     eventually(FIVE_S, "the watcher reading", async || {
         (!logs
             .lines("INFO", "watching the coordination topic")
@@ -937,6 +934,14 @@ async fn a_partition_that_keeps_failing_is_logged_at_warn_once_until_it_reads_ag
         .then_some(())
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_partition_that_keeps_failing_is_logged_at_warn_once_until_it_reads_again() {
+    let logs = crate::testkit::Logs::capture();
+    let rig = rig();
+    let partitions = 4;
+    watching(&logs).await;
     let warned = || logs.lines("WARN", "cannot read a partition").len();
     rig.cluster.set_unavailable(Some("the broker is down"));
     eventually(
@@ -976,11 +981,5 @@ async fn a_topic_that_stays_unreadable_is_logged_at_warn_once_per_error() {
     })
     .await;
     cluster.set_unavailable(None);
-    eventually(FIVE_S, "the watcher reading", async || {
-        (!logs
-            .lines("INFO", "watching the coordination topic")
-            .is_empty())
-        .then_some(())
-    })
-    .await;
+    watching(&logs).await;
 }
