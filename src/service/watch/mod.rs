@@ -338,15 +338,13 @@ impl Watcher {
                     self.set_search(TopicSearch::Absent);
                 }
                 Err(e) => {
-                    // At warn when the error changes, its repeats at debug.
                     let error = e.to_string();
-                    if told.as_deref() == Some(error.as_str()) {
+                    if repeats(&mut told, &error) {
                         tracing::debug!(topic = %topic, %error, "the coordination topic is still not readable; retrying");
                     } else {
                         tracing::warn!(topic = %topic, %error, "the coordination topic is not readable yet; retrying");
                     }
-                    self.set_search(TopicSearch::Looking(Some(error.clone())));
-                    told = Some(error);
+                    self.set_search(TopicSearch::Looking(Some(error)));
                 }
             }
             tokio::time::sleep(backoff.next_delay()).await;
@@ -413,16 +411,11 @@ impl Watcher {
                         continue;
                     };
                     let error = error.to_string();
-                    let mut part = lock(slot);
-                    // At warn when the partition starts failing, or fails
-                    // otherwise; the retries' repeats at debug (one per
-                    // partition per poll would flood the log).
-                    if part.error.as_deref() == Some(error.as_str()) {
+                    if repeats(&mut lock(slot).error, &error) {
                         tracing::debug!(partition, %error, "still cannot read a partition of the coordination topic; retrying");
                     } else {
                         tracing::warn!(partition, %error, "cannot read a partition of the coordination topic; retrying");
                     }
-                    part.error = Some(error);
                 }
             }
         }
@@ -730,4 +723,15 @@ fn unviewable(part: &Part, partition: i32) -> Option<NotReady> {
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Whether `error` repeats the error said last (`said`), which it becomes.
+/// An error is logged at warn when it starts or changes and its repeats at
+/// debug: a retry per partition per poll would flood the log.
+fn repeats(said: &mut Option<String>, error: &str) -> bool {
+    if said.as_deref() == Some(error) {
+        return true;
+    }
+    *said = Some(error.to_owned());
+    false
 }
