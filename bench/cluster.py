@@ -126,7 +126,7 @@ def main(args):
         after.wait_ready()
         old.wait_ready()
         warm({"after": after, "before": old}, paths)
-        results["price"] = price_of_confirmation(after, old, paths)
+        results["price"] = price_of_confirmation(after, old, paths, KafkaCpu(CLUSTER))
         old.stop()
         if price_only:
             results["load"].append(os.getloadavg()[0])
@@ -170,6 +170,32 @@ def stop_instance(name):
     subprocess.run([KAFKA, "stop", "--purge", "--name", name], capture_output=True)
 
 
+class KafkaCpu:
+    """The CPU time of an instance's JVMs (brokers and controller), less
+    what they burn idle with the services attached (their polls, the
+    controller's heartbeats): what the checks cost Kafka, beside what they
+    cost the service. Each request costs a broker a fixed path of JVM
+    threads whatever its API, so a build's requests per check show here."""
+
+    def __init__(self, name, idle_s=3):
+        nodes = json.loads(kafka("nodes", "--name", name, "--json"))
+        self.pids = [n["pid"] for n in nodes if n["state"] == "running"]
+        t0, cpu0 = time.monotonic(), self.seconds()
+        time.sleep(idle_s)
+        self.idle_rate = (self.seconds() - cpu0) / (time.monotonic() - t0)
+
+    def seconds(self):
+        return sum(cpu_seconds(pid) for pid in self.pids)
+
+    def start(self):
+        return time.monotonic(), self.seconds()
+
+    def since(self, mark):
+        """CPU seconds above idle since `mark` (from start)."""
+        t0, cpu0 = mark
+        return max(0.0, self.seconds() - cpu0 - self.idle_rate * (time.monotonic() - t0))
+
+
 def mint(bootstrap, out):
     """ROLES roles held by real tokens, as bench/run mints them (the topic
     has 16 partitions and the cluster's replication: 3 on three brokers)."""
@@ -210,21 +236,22 @@ def single_node(work, before):
         for service in services.values():
             service.wait_ready()
         warm(services, paths)
+        jvm = KafkaCpu(SINGLE)
         abba = ["after", "before", "before", "after"]
-        return {"checks": alternating(services, paths, 64, abba),
-                "healthz": alternating(services, health, 64, abba),
-                "views": alternating(services, views, 64, abba)}
+        return {"checks": alternating(services, paths, 64, abba, jvm),
+                "healthz": alternating(services, health, 64, abba, jvm),
+                "views": alternating(services, views, 64, abba, jvm)}
     finally:
         stop_instance(SINGLE)
 
 
-def price_of_confirmation(after, before, paths):
+def price_of_confirmation(after, before, paths, jvm):
     """Per concurrency, alternating wrk runs (after, before, before, after;
     twice at 64, the target's concurrency) of SECONDS/2 each, so drift of
     the shared machine hits both builds alike."""
     abba = ["after", "before", "before", "after"]
     services = {"after": after, "before": before}
-    return {str(c): alternating(services, paths, c, abba * (2 if c == 64 else 1))
+    return {str(c): alternating(services, paths, c, abba * (2 if c == 64 else 1), jvm)
             for c in CONCURRENCY}
 
 
@@ -237,19 +264,20 @@ def warm(services, paths):
                        stdout=subprocess.DEVNULL)
 
 
-def alternating(services, paths, c, order):
+def alternating(services, paths, c, order, jvm):
     """wrk runs of SECONDS/2 at concurrency c against services[label] for
     each label of `order` (each after WARMUP s of load on that service);
-    per label the runs combined. The service's counters and CPU time are
-    sampled around the measured run alone."""
+    per label the runs combined. The service's counters and CPU time, and
+    Kafka's (`jvm`, a KafkaCpu), are sampled around the measured run alone."""
     runs = {label: [] for label in services}
     for label in order:
         service = services[label]
         subprocess.run(wrk_command(service.url, c, WARMUP), env=wrk_env(paths), check=True,
                        stdout=subprocess.DEVNULL)
-        m0, cpu0 = service.metrics(), cpu_seconds(service.proc.pid)
+        m0, cpu0, jvm0 = service.metrics(), cpu_seconds(service.proc.pid), jvm.start()
         r = wrk(service.url, paths, c, max(2, SECONDS // 2), warmup=0)
         r["kafka"] = kafka_counts(m0, service.metrics(), cpu_seconds(service.proc.pid) - cpu0)
+        r["kafka"]["kafka_cpu_s"] = jvm.since(jvm0)
         runs[label].append(r)
         say(f"c={c}", label, {k: v for k, v in r.items() if k != "kafka"})
     return {label: combine(rs) for label, rs in runs.items()}
@@ -290,7 +318,9 @@ def combine(runs):
                                     for api, x in sorted(apis.items()) if x},
                       "describe_ms": 1000 * k["seconds"].get("DescribeTransactions", 0) / describe
                       if describe else None,
-                      "cpu_ms_per_1000": 1e6 * k["cpu_s"] / max(requests, 1)}}
+                      "cpu_ms_per_1000": 1e6 * k["cpu_s"] / max(requests, 1),
+                      "kafka_cpu_ms_per_1000": 1e6 * k["kafka_cpu_s"] / max(requests, 1)
+                      if "kafka_cpu_s" in k else None}}
 
 
 def by_label(samples, name, label):
@@ -752,8 +782,9 @@ def render_price(results):
                    for api in r["kafka"].get("per_1000_by_api", {})},
                 key=lambda a: ({"DescribeTransactions": 0, "FindCoordinator": 1}.get(a, 2), a))
     head = ("| checks | build | checks/s | p50 ms | p99 ms | errors | service CPU ms per 1,000 | "
+            "Kafka CPU ms per 1,000 | "
             + " | ".join(f"{a} per 1,000" for a in apis) + " | confirmations per describe |")
-    lines = [head, "|---|---|" + "---:|" * (6 + len(apis))]
+    lines = [head, "|---|---|" + "---:|" * (7 + len(apis))]
     for label, pair in rows:
         for build in ["after", "before"]:
             r = pair[build]
@@ -762,6 +793,7 @@ def render_price(results):
             name = "after" if build == "after" else f"before ({before['rev']})"
             lines.append(f"| {label} | {name} | {fmt(r['throughput'], 0)} | {fmt(r['p50_ms'], 2)} | "
                          f"{fmt(r['p99_ms'], 2)} | {r['errors']} | {fmt(k['cpu_ms_per_1000'], 1)} | "
+                         f"{opt(k.get('kafka_cpu_ms_per_1000'))} | "
                          + " | ".join(opt(by_api.get(a, 0.0)) for a in apis)
                          + f" | {opt(k.get('confirmations_per_describe'), 2)} |")
     checks_table = "\n".join(lines)
@@ -778,8 +810,8 @@ def render_price(results):
                               f"{fmt(r['p99_ms'], 2)} | {r['errors']} | {fmt(r['kafka']['cpu_ms_per_1000'], 1)} |")
     http_table = "\n".join(http_lines)
 
-    ratio_lines = ["| after / before | checks/s (requests/s) | p50 | service CPU per request |",
-                   "|---|---:|---:|---:|"]
+    ratio_lines = ["| after / before | checks/s (requests/s) | p50 | service CPU per request | "
+                   "Kafka CPU per request |", "|---|---:|---:|---:|---:|"]
     measures = [(label, pair) for label, pair in rows]
     measures += [(f"single node `/healthz`, c=64", single["healthz"])] if "healthz" in single else []
     measures += [(f"single node roster views, c=64", single["views"])] if "views" in single else []
@@ -787,7 +819,11 @@ def render_price(results):
         a, b = pair["after"], pair["before"]
         cpu = a["kafka"]["cpu_ms_per_1000"] / b["kafka"]["cpu_ms_per_1000"] \
             if b["kafka"]["cpu_ms_per_1000"] else float("nan")
-        ratio_lines.append(f"| {label} | {ratio(a, b):.2f} × | {ratio(a, b, 'p50_ms'):.2f} × | {cpu:.2f} × |")
+        # Only checks ask Kafka anything; the other paths' figure is noise.
+        ka, kb = a["kafka"].get("kafka_cpu_ms_per_1000"), b["kafka"].get("kafka_cpu_ms_per_1000")
+        asked = b["kafka"].get("checks", 0) > 0
+        jvm = f"{ka / kb:.2f} ×" if asked and ka is not None and kb else "n/a"
+        ratio_lines.append(f"| {label} | {ratio(a, b):.2f} × | {ratio(a, b, 'p50_ms'):.2f} × | {cpu:.2f} × | {jvm} |")
     ratio_table = "\n".join(ratio_lines)
 
     k64 = price["64"]["after"]["kafka"]
@@ -832,7 +868,9 @@ unmeasured load on each build, each concurrency has four alternating runs
 warm-up of its own: requests/s and p50 are the mean of a build's runs, p99
 the worst, errors the sum; the service's Kafka requests (from `/metrics`)
 and CPU time (user + system of its process) are counted over the measured
-runs alone, per 1,000 requests. On a single node (a broker of its own, the
+runs alone, per 1,000 requests, and so is Kafka's CPU time (its brokers'
+and controller's processes, less their idle rate measured before the runs
+with both services attached). On a single node (a broker of its own, the
 same roles minted there) nothing is confirmed: the reference rows, and the
 paths without a Kafka request. All rows come from this run; compare them
 with each other, not with *Authority checks* above (another run, another
