@@ -83,6 +83,16 @@ pub(crate) enum DemoError {
 /// its renewals.
 type Holders = Arc<Mutex<HashMap<String, (String, watch::Sender<bool>)>>>;
 
+/// The holders' map, locked: a panic elsewhere leaves it consistent (one
+/// insert or retain at a time), so a poisoned lock is taken as it is.
+fn held(
+    holders: &Holders,
+) -> std::sync::MutexGuard<'_, HashMap<String, (String, watch::Sender<bool>)>> {
+    holders
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Runs the demo until `shutdown` flips or `--for` passes.
 pub(crate) async fn run(
     args: DemoArgs,
@@ -177,10 +187,7 @@ async fn candidate(
             }
         };
         let (kill, mut killed) = watch::channel(false);
-        holders
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(role.clone(), (member.clone(), kill));
+        held(&holders).insert(role.clone(), (member.clone(), kill));
         tokio::select! {
             () = leadership.done() => {
                 tracing::info!(%role, %member, reason = ?leadership.err().map(|e| e.to_string()), "the role ended");
@@ -198,10 +205,7 @@ async fn candidate(
                 tokio::time::sleep(options.lease_duration * 2).await;
             }
         }
-        holders
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|_, (m, _)| *m != member);
+        held(&holders).retain(|_, (m, _)| *m != member);
     }
 }
 
@@ -211,9 +215,7 @@ async fn chaos(holders: Holders, longest: Duration) {
         let pause = rand::rng().random_range(longest_ms / 3..=longest_ms);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         let victim = {
-            let holders = holders
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let holders = held(&holders);
             let roles: Vec<&String> = holders.keys().collect();
             if roles.is_empty() {
                 continue;
