@@ -15,6 +15,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
+/// `d` in whole milliseconds, as the epoch-millisecond arithmetic of
+/// records and clocks counts (saturating: no duration overflows it).
+pub fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// An epoch-millisecond instant as RFC 3339 (UTC, milliseconds). An instant
 /// RFC 3339 cannot write (before 1970, after 9999, both possible in a
 /// record of the topic) prints as its number instead.
@@ -67,7 +73,7 @@ impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .map_or(0, millis)
     }
 
     fn sleep_until(&self, at_ms: i64) -> Sleep<'_> {
@@ -94,7 +100,7 @@ impl ManualClock {
 
     /// Moves the clock forward by `by`, waking every sleeper now due.
     pub fn advance(&self, by: Duration) {
-        let by = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        let by = millis(by);
         self.now.send_modify(|now| *now = now.saturating_add(by));
     }
 

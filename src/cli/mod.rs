@@ -162,7 +162,7 @@ pub(crate) async fn roster(
         failovers_in_window: 0,
         coordinator: None,
     };
-    let stagger_ms = i64::try_from(stagger.as_millis()).unwrap_or(i64::MAX);
+    let stagger_ms = krabka_authority::time::millis(stagger);
     println!(
         "{}",
         serde_json::to_string_pretty(&roster_view(&view, now, stagger_ms))?

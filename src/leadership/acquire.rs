@@ -8,7 +8,7 @@ use super::error::LeadershipError;
 use super::events::Event;
 use super::options::{EventSink, Options};
 use crate::coordination::{Decision, FencingToken, RoleState, SuccessionConfig, evaluate};
-use crate::time::Clock;
+use crate::time::{Clock, millis};
 use crate::transport::{Transport, TransportError};
 
 /// Reports transitions to `tracing` and the optional sink.
@@ -75,7 +75,7 @@ where
     let clock = options.clock.clone();
     let config = options.succession();
     let poll = options.poll();
-    let poll_ms = i64::try_from(poll.as_millis()).unwrap_or(i64::MAX);
+    let poll_ms = millis(poll);
 
     let register = || async {
         let offset = transport

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::error::LeadershipError;
 use super::events::Event;
 use crate::coordination::SuccessionConfig;
-use crate::time::{Clock, SystemClock};
+use crate::time::{Clock, SystemClock, millis};
 
 /// Receives every transition of a member (for logs, demos, tests).
 pub type EventSink = Arc<dyn Fn(&Event) + Send + Sync>;
@@ -64,10 +64,6 @@ impl Default for Options {
     }
 }
 
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 impl Options {
     /// Sets the partition count (`WithPartitions`).
     pub fn with_partitions(mut self, partitions: i32) -> Self {
@@ -108,9 +104,9 @@ impl Options {
     /// The succession timing in milliseconds.
     pub fn succession(&self) -> SuccessionConfig {
         SuccessionConfig {
-            lease_duration_ms: ms(self.lease_duration),
-            renew_interval_ms: ms(self.renew_interval),
-            challenge_stagger_ms: ms(self.challenge_stagger),
+            lease_duration_ms: millis(self.lease_duration),
+            renew_interval_ms: millis(self.renew_interval),
+            challenge_stagger_ms: millis(self.challenge_stagger),
         }
     }
 

@@ -12,7 +12,7 @@ use super::watch::{TopicLayout, TrackerConfig, WatchConfig, Watcher};
 use crate::cluster::{Cluster, ClusterError};
 use crate::kafka::{ClientConfig, KafkaClient, KafkaError};
 use crate::sync::lock;
-use crate::time::{Clock, SystemClock};
+use crate::time::{Clock, SystemClock, millis};
 
 /// How often a probe waiting for Kafka's answer during start-up looks for
 /// the client's reason why Kafka cannot be reached.
@@ -294,10 +294,6 @@ pub fn long_poll(roster_ttl: Duration) -> Duration {
 /// one TTL old (two long-poll waits, see [`long_poll`]).
 pub fn stale_after(roster_ttl: Duration) -> Duration {
     (roster_ttl * 5).max(Duration::from_secs(2))
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

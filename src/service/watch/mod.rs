@@ -45,7 +45,7 @@ use crate::backoff::{Backoff, Jitter};
 use crate::cluster::{Cluster, ClusterError, Tailed};
 use crate::coordination::{RoleState, role_partition};
 use crate::sync::{lock, read, write};
-use crate::time::Clock;
+use crate::time::{Clock, millis};
 
 /// Why the views cannot answer yet.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -719,10 +719,6 @@ fn unviewable(part: &Part, partition: i32) -> Option<NotReady> {
     part.complete_as_of_ms
         .is_none()
         .then_some(NotReady::Unconfirmed { partition })
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Whether `error` repeats the error said last (`said`), which it becomes.
