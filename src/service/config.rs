@@ -15,7 +15,7 @@ use clap::{Args, FromArgMatches};
 use crate::kafka::KafkaSettings;
 use crate::time::duration_between;
 
-const MS: Duration = Duration::from_millis(10);
+const TEN_MS: Duration = Duration::from_millis(10);
 const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(3600);
@@ -42,7 +42,7 @@ pub struct HttpSettings {
 
     /// Limit on answering one HTTP request; an authority check that cannot
     /// ask the coordinator in time answers 503.
-    #[arg(long, env = "KRABKA_REQUEST_TIMEOUT", default_value = "5s", value_parser = duration_between(MS, 10 * MINUTE))]
+    #[arg(long, env = "KRABKA_REQUEST_TIMEOUT", default_value = "5s", value_parser = duration_between(TEN_MS, 10 * MINUTE))]
     pub request_timeout: Duration,
 
     /// Most items in one POST /authority/check.
@@ -182,7 +182,7 @@ impl Default for CheckSettings {
 pub struct WatchSettings {
     /// How stale a roster view may get (plus a round trip): the watcher's
     /// long polls wait half of it, and a view is up to two of them old.
-    #[arg(long, env = "KRABKA_ROSTER_TTL", default_value = "1s", value_parser = duration_between(MS, MINUTE))]
+    #[arg(long, env = "KRABKA_ROSTER_TTL", default_value = "1s", value_parser = duration_between(TEN_MS, MINUTE))]
     pub roster_ttl: Duration,
 
     /// How often the coordinator is asked for the current pair of every role.
