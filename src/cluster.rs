@@ -121,7 +121,11 @@ pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {
         None
     }
 
-    /// The cluster's id, once known: cached answers are tied to it.
+    /// The id of the cluster the client is in contact with now, verified
+    /// since it last lost contact with every broker; `None` while it has
+    /// none (the cluster behind the addresses may have been replaced
+    /// meanwhile). Cached answers are tied to it and used only while it is
+    /// `Some`.
     fn cluster_id(&self) -> Option<std::sync::Arc<str>>;
 
     /// Bytes of role names the client remembers (their coordinators), for

@@ -223,7 +223,13 @@ impl KafkaClient {
             }
         }
         let id = conn.ask_cluster_id(config.request_timeout).await?;
-        self.state().learn(Lesson::ClusterId { addr, id });
+        self.state().learn(Lesson::ClusterId {
+            addr,
+            id: id.clone(),
+        });
+        if let Some(id) = id {
+            conn.hold_while_open(Box::new(self.state().connected(id)));
+        }
         tracing::debug!(addr, protocol = config.security.protocol(), "connected");
         Ok(conn)
     }

@@ -99,7 +99,7 @@ impl Cluster for KafkaClient {
     }
 
     fn cluster_id(&self) -> Option<std::sync::Arc<str>> {
-        self.state().metadata().cluster_id()
+        self.state().in_contact()
     }
 
     fn unreachable(&self) -> Option<String> {

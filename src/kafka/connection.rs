@@ -43,6 +43,9 @@ pub(crate) struct ConnSettings {
 
 type Reply = oneshot::Sender<Result<Bytes, KafkaError>>;
 
+/// What a connection holds for others until it fails.
+pub(crate) type Held = Box<dyn std::fmt::Debug + Send>;
+
 enum Pending {
     Open(HashMap<i32, Reply>),
     Poisoned(KafkaError),
@@ -51,12 +54,16 @@ enum Pending {
 struct Shared {
     addr: String,
     pending: Mutex<Pending>,
+    /// Dropped when the connection fails (its count as contact with its
+    /// cluster, `state::contact`).
+    held: Mutex<Option<Held>>,
 }
 
 impl Shared {
     /// Fails every request in flight and every later one with `err`.
     fn poison(&self, err: KafkaError) {
         let previous = std::mem::replace(&mut *lock(&self.pending), Pending::Poisoned(err.clone()));
+        lock(&self.held).take();
         if let Pending::Open(waiters) = previous {
             if !waiters.is_empty() {
                 tracing::debug!(addr = %self.addr, in_flight = waiters.len(), error = %err, "connection poisoned");
@@ -154,6 +161,7 @@ impl Connection {
         let shared = Arc::new(Shared {
             addr: addr.to_owned(),
             pending: Mutex::new(Pending::Open(HashMap::new())),
+            held: Mutex::default(),
         });
         let reader = tokio::spawn(read_loop(
             BufReader::with_capacity(READ_BUFFER, read),
@@ -227,6 +235,15 @@ impl Connection {
     /// The cluster id the broker reported when the connection opened.
     pub(crate) fn cluster_id(&self) -> Option<&str> {
         self.cluster_id.as_deref()
+    }
+
+    /// Holds `held` until the connection fails or is dropped; drops it at
+    /// once when the connection already failed.
+    pub(crate) fn hold_while_open(&self, held: Held) {
+        let pending = lock(&self.shared.pending);
+        if matches!(*pending, Pending::Open(_)) {
+            *lock(&self.shared.held) = Some(held);
+        }
     }
 
     /// Fails every request in flight and every later one: the connection

@@ -1,7 +1,7 @@
 //! Scripted brokers on loopback, for the fast tier: the client's routing,
 //! retries and failure handling against brokers that answer what a test
-//! says, or never answer at all (a hung broker). A broker can be replaced
-//! by another behind the same address (another cluster), and holds a Fetch
+//! says, or never answer at all (a hung broker). A broker can be stopped and
+//! another started on its address (another cluster), and holds a Fetch
 //! answer for the request's long-poll wait, as a broker with no new data.
 
 use std::sync::{Arc, Mutex, RwLock};
@@ -40,13 +40,15 @@ pub(crate) struct FakeBroker {
     /// Every request but ApiVersions: (API, version, body).
     pub(crate) seen: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>,
     script: Arc<RwLock<Script>>,
+    delay: Delay,
     connections: Arc<Mutex<tokio::task::JoinSet<()>>>,
-    task: tokio::task::JoinHandle<()>,
+    /// The task accepting connections; it owns the listener.
+    task: Mutex<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for FakeBroker {
     fn drop(&mut self) {
-        self.task.abort();
+        self.task.lock().unwrap().abort();
         self.connections.lock().unwrap().abort_all();
     }
 }
@@ -58,15 +60,30 @@ impl FakeBroker {
     }
 
     /// [`FakeBroker::start`], each answer written `delay` after the request
-    /// was read (and answered by `script`); a replacing script keeps it.
+    /// was read (and answered by `script`); a restart keeps it.
     pub(crate) async fn start_delayed(script: Script, delay: Delay) -> FakeBroker {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let seen: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>> = Arc::default();
-        let script = Arc::new(RwLock::new(script));
-        let connections: Arc<Mutex<tokio::task::JoinSet<()>>> = Arc::default();
-        let (log, scripted, open) = (seen.clone(), script.clone(), connections.clone());
-        let task = tokio::spawn(async move {
+        let mut broker = FakeBroker {
+            addr,
+            seen: Arc::default(),
+            script: Arc::new(RwLock::new(script)),
+            delay,
+            connections: Arc::default(),
+            task: Mutex::new(tokio::spawn(async {})),
+        };
+        *broker.task.get_mut().unwrap() = broker.listen(listener);
+        broker
+    }
+
+    fn listen(&self, listener: TcpListener) -> tokio::task::JoinHandle<()> {
+        let (log, scripted, open) = (
+            self.seen.clone(),
+            self.script.clone(),
+            self.connections.clone(),
+        );
+        let delay = self.delay.clone();
+        tokio::spawn(async move {
             loop {
                 let Ok((socket, _)) = listener.accept().await else {
                     return;
@@ -76,22 +93,25 @@ impl FakeBroker {
                     .unwrap()
                     .spawn(serve(socket, script, delay.clone(), log.clone()));
             }
-        });
-        FakeBroker {
-            addr,
-            seen,
-            script,
-            connections,
-            task,
-        }
+        })
     }
 
-    /// Another broker behind the same address, as when another process
-    /// took the port: every open connection is cut, and new ones are
-    /// answered by `script`.
-    pub(crate) fn replace(&self, script: Script) {
+    /// Stops the broker as a stopped process does: its port refuses
+    /// connections and every open connection is closed.
+    pub(crate) async fn stop(&self) {
+        let task = std::mem::replace(&mut *self.task.lock().unwrap(), tokio::spawn(async {}));
+        task.abort();
+        let _ = task.await;
+        let mut connections = std::mem::take(&mut *self.connections.lock().unwrap());
+        connections.shutdown().await;
+    }
+
+    /// Starts another broker on the stopped one's address (another cluster
+    /// formatted there, say), answering by `script`.
+    pub(crate) async fn restart(&self, script: Script) {
         *self.script.write().unwrap() = script;
-        self.connections.lock().unwrap().abort_all();
+        let listener = TcpListener::bind(&self.addr).await.unwrap();
+        *self.task.lock().unwrap() = self.listen(listener);
     }
 
     /// The requests of one API this broker received.

@@ -54,6 +54,9 @@ struct ClusterState {
     unreachable: Option<String>,
     max_transaction_timeout: Duration,
     cluster_id: String,
+    /// The service lost every connection: calls fail and no cluster id is
+    /// known until contact is back.
+    no_contact: bool,
 }
 
 /// A shared simulated cluster.
@@ -172,6 +175,14 @@ impl MemoryCluster {
         }
     }
 
+    /// Cuts (`false`) or restores the contact with every broker, as when a
+    /// client's connections all died: every call fails and
+    /// [`Cluster::cluster_id`] is `None` until contact is back (with the id
+    /// set then: the cluster may have been replaced meanwhile).
+    pub fn set_contact(&self, contact: bool) {
+        self.lock().no_contact = !contact;
+    }
+
     /// Replaces the cluster's id (a rebuilt cluster behind the same address).
     pub fn set_cluster_id(&self, id: &str) {
         self.lock().cluster_id = id.to_owned();
@@ -192,8 +203,8 @@ impl MemoryCluster {
 
     fn describe_now(&self, role: &str) -> Result<Described, ClusterError> {
         let state = self.lock();
-        if let Some(reason) = &state.unavailable {
-            return Err(ClusterError::Unavailable(reason.clone()));
+        if let Some(reason) = state.failure() {
+            return Err(ClusterError::Unavailable(reason));
         }
         let current = match state.stale.get(role) {
             Some(stale) => *stale,
@@ -255,8 +266,8 @@ impl Cluster for MemoryCluster {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             let state = self.lock();
-            match &state.unavailable {
-                Some(reason) => Err(ClusterError::Unavailable(reason.clone())),
+            match state.failure() {
+                Some(reason) => Err(ClusterError::Unavailable(reason)),
                 None if !state.topic_exists => Err(ClusterError::NoTopic(format!(
                     "topic {topic}: does not exist"
                 ))),
@@ -274,8 +285,8 @@ impl Cluster for MemoryCluster {
     ) -> BoxFuture<'a, Result<i32, ClusterError>> {
         async move {
             let mut state = self.lock();
-            if let Some(reason) = &state.unavailable {
-                return Err(ClusterError::Unavailable(reason.clone()));
+            if let Some(reason) = state.failure() {
+                return Err(ClusterError::Unavailable(reason));
             }
             if !state.topic_exists {
                 state.topic_exists = true;
@@ -301,10 +312,10 @@ impl Cluster for MemoryCluster {
                     let partition = p as i32;
                     let update = {
                         let state = cluster.lock();
-                        match &state.unavailable {
+                        match state.failure() {
                             Some(reason) => Tailed::Failed {
                                 partition,
-                                error: ClusterError::Unavailable(reason.clone()),
+                                error: ClusterError::Unavailable(reason),
                             },
                             None => {
                                 let log = state.logs.get(&partition).map_or(&[][..], |l| &l[..]);
@@ -344,7 +355,8 @@ impl Cluster for MemoryCluster {
     }
 
     fn cluster_id(&self) -> Option<Arc<str>> {
-        Some(self.lock().cluster_id.as_str().into())
+        let state = self.lock();
+        (!state.no_contact).then(|| state.cluster_id.as_str().into())
     }
 }
 
@@ -359,9 +371,18 @@ fn bump(token: FencingToken, next_producer_id: &mut i64) -> FencingToken {
 }
 
 impl ClusterState {
-    fn check(&self) -> TransportResult<()> {
+    /// Why every call fails now, if it does.
+    fn failure(&self) -> Option<String> {
         match &self.unavailable {
-            Some(reason) => Err(TransportError::Unavailable(reason.clone())),
+            Some(reason) => Some(reason.clone()),
+            None if self.no_contact => Some("cannot reach any broker".into()),
+            None => None,
+        }
+    }
+
+    fn check(&self) -> TransportResult<()> {
+        match self.failure() {
+            Some(reason) => Err(TransportError::Unavailable(reason)),
             None => Ok(()),
         }
     }

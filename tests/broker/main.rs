@@ -18,6 +18,7 @@ mod guarded_sink;
 mod kafka_transport;
 mod leadership;
 mod prometheus;
+mod replaced;
 mod security;
 mod service;
 mod soak;

@@ -1,9 +1,11 @@
 //! What the client knows of the cluster between requests, and the one place
 //! that decides what a request's outcome teaches it.
 //!
-//! Six tables, each the only owner of its state:
+//! Seven tables, each the only owner of its state:
 //! - [`nodes`]: per broker address, the failures since it last answered,
 //!   the reconnect backoff they earned and why the last one failed;
+//! - [`contact`]: the live connections per cluster id: while none of the
+//!   known cluster's lives, nothing remembered of it is used;
 //! - [`view`]: brokers, partition leaders and the cluster id (metadata);
 //! - [`epochs`]: the newest leader epoch of each partition any broker
 //!   reported, the brokers whose metadata is behind it (stale: not asked
@@ -42,6 +44,7 @@
 //! | a transactional request failed to reach its coordinator or got 14–16 | the id is forgotten: that id alone is looked up again |
 
 mod confirms;
+mod contact;
 mod coordinators;
 mod describes;
 mod epochs;
@@ -54,6 +57,8 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 pub(crate) use confirms::{Confirmation, Confirms, Request as ConfirmRequest};
+use contact::Contact;
+pub(crate) use contact::Counted;
 pub(crate) use coordinators::{Answer, Coordinators};
 pub(crate) use describes::{DescribeQueues, Reply as DescribeReply, Start};
 pub use describes::{Described, TransactionDescription};
@@ -121,6 +126,7 @@ pub(crate) enum Lesson<'a> {
 #[derive(Debug)]
 pub(crate) struct ClusterState {
     nodes: NodeStates,
+    contact: Contact,
     metadata: Metadata,
     epochs: Epochs,
     coordinators: Coordinators,
@@ -133,6 +139,7 @@ impl ClusterState {
     pub(crate) fn new(config: &ClientConfig) -> ClusterState {
         ClusterState {
             nodes: NodeStates::new(config.reconnect_backoff, config.reconnect_backoff_max),
+            contact: Contact::default(),
             metadata: Metadata::default(),
             epochs: Epochs::new(config.retry_backoff, config.retry_backoff_max),
             coordinators: Coordinators::new(
@@ -149,6 +156,23 @@ impl ClusterState {
     /// Per broker: failures and reconnect backoff.
     pub(crate) fn nodes(&self) -> &NodeStates {
         &self.nodes
+    }
+
+    /// Counts a connection whose broker said, as its first answer, that it
+    /// belongs to `cluster` (already adopted), until the guard is dropped.
+    pub(crate) fn connected(&self, cluster: Arc<str>) -> Counted {
+        self.contact.connected(cluster)
+    }
+
+    /// The id of the cluster the client is in contact with now: the known
+    /// one, while a connection whose broker gave that id when it opened is
+    /// alive. `None` from the loss of the last one until a new connection
+    /// has named its cluster: the cluster behind the addresses may have
+    /// been replaced meanwhile (`contact`).
+    pub(crate) fn in_contact(&self) -> Option<Arc<str>> {
+        self.metadata
+            .cluster_id()
+            .filter(|id| self.contact.live(id) > 0)
     }
 
     /// The cluster view.

@@ -252,9 +252,14 @@ mod tests {
             (no.verdict, no.current, no.cached),
             (Verdict::Superseded, Some(tb), false)
         );
-        cluster.set_unavailable(Some("down"));
+        // The coordinator down, the cluster still in contact: the superseded
+        // verdict needs no Kafka request, the others are not guessed.
+        cluster.set_unavailable(Some("the coordinator is down"));
         let cached = checker.check("r", ta, soon()).await.unwrap();
-        assert_eq!((cached.verdict, cached.cached), (Verdict::Superseded, true));
+        assert_eq!(
+            (cached.verdict, cached.current, cached.cached),
+            (Verdict::Superseded, Some(tb), true)
+        );
         assert!(
             checker.check("r", tb, soon()).await.is_err(),
             "no guess when down"
@@ -266,6 +271,45 @@ mod tests {
             checker.check("r", ahead, soon()).await.unwrap().verdict,
             Verdict::Unknown
         );
+    }
+
+    /// Once every connection is lost, the next cluster reached behind the
+    /// same addresses may be another: nothing cached answers until contact
+    /// with a cluster of the same id is back.
+    #[tokio::test]
+    async fn a_cached_verdict_is_served_only_in_contact_with_its_cluster() {
+        let cluster = MemoryCluster::new(4);
+        let checker = checker(&cluster);
+        let t1 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
+        let t2 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
+        assert_eq!(
+            checker.check("r", t1, soon()).await.unwrap().verdict,
+            Verdict::Superseded
+        );
+        assert!(checker.check("r", t1, soon()).await.unwrap().cached);
+
+        cluster.set_contact(false);
+        let lost = checker.check("r", t1, soon()).await;
+        assert!(
+            matches!(lost, Err(ClusterError::Unavailable(_))),
+            "no contact, no cached verdict: {lost:?}"
+        );
+        assert_eq!(checker.high_water("r"), None, "nor a floor");
+        cluster.set_contact(true);
+        let back = checker.check("r", t1, soon()).await.unwrap();
+        assert_eq!(
+            (back.verdict, back.current, back.cached),
+            (Verdict::Superseded, Some(t2), true),
+            "the same cluster again: its cache is good"
+        );
+
+        // Replaced while out of contact: the new cluster's answer, fresh.
+        cluster.set_contact(false);
+        assert!(checker.check("r", t1, soon()).await.is_err());
+        cluster.set_cluster_id("rebuilt");
+        cluster.set_contact(true);
+        let rebuilt = checker.check("r", t1, soon()).await.unwrap();
+        assert!(!rebuilt.cached, "{rebuilt:?}");
     }
 
     #[tokio::test]

@@ -1,0 +1,256 @@
+//! A cluster replaced behind its address, on a real broker: stopped (or
+//! killed), its data wiped and a new cluster formatted on the same ports
+//! (`scripts/kafka start --reformat`), again and again, while checks of the
+//! old and the new tokens go on without pause. Nothing the service answers
+//! once the new broker accepts connections names a pair of an old cluster,
+//! and the new cluster's current token is authoritative within a bound.
+//!
+//! The fast tier's `kafka::replaced` does the same to scripted brokers; this
+//! is the proof (one run in three of a real broker found what the scripted
+//! test, before it stopped its brokers as a real one stops, did not).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use krabka_authority::coordination::FencingToken;
+use krabka_authority::kafka::KafkaClient;
+use serde_json::Value;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::support::broker::{OwnBroker, config_for, kafka_script};
+use crate::support::service::{config, start};
+use crate::support::{http_client, unique};
+
+/// How soon after the old broker's port refuses connections the service
+/// has seen its connections close (the same process exit closes both).
+const LOSS_NOTICED: Duration = Duration::from_millis(100);
+
+/// Clusters after the first: `KRABKA_TEST_REPLACEMENTS`, 20 by default.
+fn replacements() -> usize {
+    std::env::var("KRABKA_TEST_REPLACEMENTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20)
+}
+
+/// Mints the next pair of `role` on the cluster at `addr`, with a client of
+/// its own (nothing it learns is shared with the service).
+async fn mint(addr: &str, role: &str) -> FencingToken {
+    let client = KafkaClient::new(config_for(addr)).unwrap();
+    let session = client
+        .init_producer_id(role, Duration::from_secs(60))
+        .await
+        .expect("InitProducerId");
+    let token = session.token();
+    client.close().await;
+    token
+}
+
+/// One check's answer as the service gave it.
+#[derive(Clone, Debug)]
+struct Seen {
+    /// When the request was sent, and its answer came.
+    sent: Instant,
+    answered: Instant,
+    token: FencingToken,
+    status: u16,
+    verdict: Option<String>,
+    current: Option<FencingToken>,
+    cached: bool,
+}
+
+/// Sends checks of `tokens` one after another, without pause, until
+/// `stop` is set; every answer goes to `seen`.
+async fn check_loop(
+    url: String,
+    role: String,
+    tokens: Arc<Mutex<Vec<FencingToken>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let http = http_client().build().unwrap();
+    let mut i = 0usize;
+    while !*stop.borrow() {
+        let token = {
+            let tokens = tokens.lock().unwrap();
+            tokens[i % tokens.len()]
+        };
+        i += 1;
+        let sent = Instant::now();
+        let answer = http
+            .get(format!("{url}/roles/{role}/authority?token={token}"))
+            .send()
+            .await;
+        let Ok(answer) = answer else {
+            continue;
+        };
+        let status = answer.status().as_u16();
+        let body: Value = answer.json().await.unwrap_or(Value::Null);
+        let current = body["current"].as_str().and_then(|c| c.parse().ok());
+        seen.lock().unwrap().push(Seen {
+            sent,
+            answered: Instant::now(),
+            token,
+            status,
+            verdict: body["verdict"].as_str().map(str::to_owned),
+            current,
+            cached: body["cached"].as_bool().unwrap_or(false),
+        });
+    }
+}
+
+/// Waits until the port at `addr` refuses connections (the old broker is
+/// gone: a killed process may take a moment to die), then until it accepts
+/// them again; the instants of both.
+async fn down_then_accepting(addr: &str, limit: Duration) -> (Instant, Instant) {
+    let started = Instant::now();
+    let mut down = None;
+    loop {
+        match (TcpStream::connect(addr).await, down) {
+            (Err(_), None) => down = Some(Instant::now()),
+            (Ok(_), Some(down)) => return (down, Instant::now()),
+            _ => {}
+        }
+        assert!(started.elapsed() < limit, "{addr} not back in {limit:?}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_reformatted_on_its_ports_is_never_answered_from_an_old_ones_cache() {
+    let broker = OwnBroker::start("replaced", &[]);
+    let role = unique("replaced");
+    let mut settings = config(&broker.addr, &unique("replaced-topic"));
+    settings.watch.poll_interval = Duration::from_millis(300);
+    let service = start(settings).await;
+
+    // The first cluster: two pairs, the first superseded (and cached).
+    let mut minted = vec![
+        mint(&broker.addr, &role).await,
+        mint(&broker.addr, &role).await,
+    ];
+    let mut first_200 = Vec::new();
+    let mut from_accept = Vec::new();
+    let (mut down_checks, mut down_503) = (0usize, 0usize);
+    let http = http_client().build().unwrap();
+    for generation in 1..=replacements() {
+        let old = minted.clone();
+        let stale = old[0];
+        let verdict = |token: FencingToken| {
+            let http = http.clone();
+            let url = format!("{}/roles/{role}/authority?token={token}", service.url);
+            async move {
+                let answer = http.get(url).send().await.unwrap();
+                let body: Value = answer.json().await.unwrap();
+                (
+                    body["verdict"].as_str().map(str::to_owned),
+                    body["cached"].as_bool(),
+                )
+            }
+        };
+        // The old cluster's cache holds the superseded token.
+        let primed = verdict(stale).await;
+        assert_eq!(primed.0.as_deref(), Some("superseded"), "{generation}");
+        assert_eq!(
+            verdict(stale).await,
+            (Some("superseded".into()), Some(true))
+        );
+
+        let tokens = Arc::new(Mutex::new(old.clone()));
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let loops: Vec<_> = (0..2)
+            .map(|_| {
+                tokio::spawn(check_loop(
+                    service.url.clone(),
+                    role.clone(),
+                    tokens.clone(),
+                    seen.clone(),
+                    stopped.clone(),
+                ))
+            })
+            .collect();
+
+        // Stopped gracefully or killed, in turn; then a new cluster on the
+        // same ports.
+        let how = if generation % 2 == 0 { "stop" } else { "kill" };
+        kafka_script(&[how, "--name", &broker.name]);
+        let name = broker.name.clone();
+        let restart = tokio::task::spawn_blocking(move || {
+            kafka_script(&["start", "--reformat", "--name", &name])
+        });
+        let (down, accepted) = down_then_accepting(&broker.addr, Duration::from_secs(60)).await;
+        assert_eq!(restart.await.unwrap(), broker.addr, "the same ports");
+        // The new cluster's ground truth: no pair, then one.
+        let new = mint(&broker.addr, &role).await;
+        let minted_at = Instant::now();
+        tokens.lock().unwrap().push(new);
+        let authoritative = loop {
+            let last = seen
+                .lock()
+                .unwrap()
+                .iter()
+                .rev()
+                .find(|s| s.token == new)
+                .cloned();
+            if let Some(s) = last.filter(|s| s.status == 200 && s.sent >= minted_at) {
+                break s.answered;
+            }
+            assert!(
+                minted_at.elapsed() < Duration::from_secs(30),
+                "{generation}: {new} not authoritative 30 s after it was minted"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        // A few more of every token, then the audit.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.send_replace(true);
+        for l in loops {
+            l.await.unwrap();
+        }
+        let seen = std::mem::take(&mut *seen.lock().unwrap());
+        for s in seen.iter().filter(|s| s.sent >= down + LOSS_NOTICED) {
+            // From the loss of contact on: nothing of an old cluster (from
+            // its cache or otherwise), and the new pair is never refused.
+            assert!(
+                !s.cached && s.current.is_none_or(|c| c == new),
+                "{generation}: an old cluster's pair {:?} after the old broker went away: {s:?} (the old cluster's pairs {old:?}, the new one's {new})",
+                s.sent.duration_since(down)
+            );
+            if s.token == new && s.sent >= minted_at {
+                assert!(
+                    s.verdict.as_deref() == Some("authoritative") || s.status == 503,
+                    "{generation}: the new current token refused: {s:?}"
+                );
+            }
+            if s.status == 200 {
+                assert_eq!(s.token, new, "{generation}: {s:?}");
+            }
+            if s.sent < accepted {
+                down_checks += 1;
+                down_503 += usize::from(s.status == 503);
+            }
+        }
+        first_200.push(authoritative.duration_since(minted_at));
+        from_accept.push(authoritative.duration_since(accepted));
+        eprintln!(
+            "cluster {generation} ({how}): {} checks; accepting {:?} after the port refused; {new} authoritative {:?} after it was minted, {:?} after the broker accepted connections",
+            seen.len(),
+            accepted.duration_since(down),
+            authoritative.duration_since(minted_at),
+            authoritative.duration_since(accepted)
+        );
+        // The next cluster's old pairs: this one's, the first superseded.
+        minted = vec![new, mint(&broker.addr, &role).await];
+    }
+    let worst = first_200.iter().max().copied().unwrap_or_default();
+    let worst_accept = from_accept.iter().max().copied().unwrap_or_default();
+    eprintln!(
+        "{} clusters replaced: 0 answers naming an old cluster's pair; the new current token authoritative at most {worst:?} after it was minted ({worst_accept:?} after the broker accepted connections); {down_checks} checks sent while no broker accepted connections, {down_503} of them answered 503 and the others by the new cluster",
+        replacements()
+    );
+    // The bound: a reconnect backoff (1 s at most) and a check's round.
+    assert!(worst < Duration::from_secs(3), "{worst:?}");
+    service.stop.send_replace(true);
+}
