@@ -450,7 +450,7 @@ def java_probe(bootstrap, roles_file, seconds, events_file, log):
 def read_events(path):
     events = []
     for line in Path(path).read_text().splitlines():
-        issued, done, role, outcome = line.split(" ", 3)
+        issued, done, role, outcome = line.split(" ")[:4]
         events.append((int(issued) / 1000, int(done) / 1000, role, outcome))
     return events
 

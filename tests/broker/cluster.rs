@@ -11,9 +11,12 @@
 //!
 //! [`partition`] cuts a broker from the controller alone, which needs the
 //! cluster `scripts/test` starts as root in a private network namespace;
-//! [`pauses`] pauses the controller and a partition's leader; both judge
-//! the views' claimed ages with [`samples`].
+//! [`pauses`] pauses the controller and a partition's leader; [`disk`]
+//! freezes the disk of a role's coordinator, which needs root too (each
+//! broker's data on a loop-mounted file system); they judge the views'
+//! claimed ages with [`samples`].
 
+mod disk;
 mod partition;
 mod pauses;
 mod samples;

@@ -79,6 +79,9 @@ pub struct Node {
     /// Cut from the controller (`scripts/kafka cut`).
     #[serde(default)]
     cut: bool,
+    /// Its disk frozen (`scripts/kafka freeze`).
+    #[serde(default)]
+    frozen: bool,
 }
 
 /// The controller's node id in `scripts/kafka`'s clusters.
@@ -124,9 +127,13 @@ impl Cluster {
         });
     }
 
-    /// Every node running and reaching the controller again.
+    /// Every node running, its disk writable and reaching the controller
+    /// again.
     pub fn heal(&self) {
         for node in self.all_nodes() {
+            if node.frozen {
+                self.act("thaw", node.id);
+            }
             if node.cut {
                 self.act("mend", node.id);
             }

@@ -45,8 +45,9 @@ import org.apache.kafka.common.errors.TransactionalIdNotFoundException;
  * With {@code --rate R} the load is an open loop instead: one check every 1/R s, whatever the
  * answers (at most N outstanding; the issuer waits for a permit when N are). With
  * {@code --events FILE} every check that completes, warm-up included, is written to FILE as
- * {@code <issued epoch ms> <completed epoch ms> <role> <outcome>}, outcome one of {@code ok},
- * {@code mismatch}, {@code vacant}, {@code error:<exception class>}: what a failure benchmark
+ * {@code <issued epoch ms> <completed epoch ms> <role> <outcome> [<producerId>:<epoch>]}, outcome
+ * one of {@code ok}, {@code mismatch}, {@code vacant}, {@code error:<exception class>}, and the pair
+ * described when there was one: what a failure benchmark
  * needs to tell when checks of some roles were correct again. {@code --set key=value} overrides
  * an Admin client setting (repeatable), e.g. {@code --set request.timeout.ms=5000}.
  *
@@ -239,7 +240,9 @@ public final class DescribeLoad {
                     outcome = cause instanceof TransactionalIdNotFoundException
                             ? "vacant" : "error:" + cause.getClass().getSimpleName();
                 }
-                events.add(issuedMs + " " + System.currentTimeMillis() + " " + role.id() + " " + outcome);
+                String pair = e == null ? " " + d.producerId() + ":" + d.producerEpoch() : "";
+                events.add(issuedMs + " " + System.currentTimeMillis() + " " + role.id() + " " + outcome
+                        + pair);
             }
             if (phase != MEASURE) return;
             recorder.recordValue(latency);
