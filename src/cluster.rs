@@ -128,6 +128,13 @@ pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {
     /// `Some`.
     fn cluster_id(&self) -> Option<std::sync::Arc<str>>;
 
+    /// The TLS material of broker connections, after a look at its files
+    /// (a changed file is taken in, or refused and said); `None` without
+    /// TLS.
+    fn tls(&self) -> Option<crate::kafka::TlsStatus> {
+        None
+    }
+
     /// Bytes of role names the client remembers (their coordinators), for
     /// the metric of that bounded memory.
     fn remembered_bytes(&self) -> u64 {

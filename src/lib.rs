@@ -32,6 +32,7 @@ mod backoff;
 mod bounded;
 pub mod cluster;
 pub mod coordination;
+mod files;
 pub mod kafka;
 pub mod leadership;
 pub mod service;

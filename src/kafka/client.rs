@@ -41,8 +41,9 @@ use super::config::ClientConfig;
 use super::connection::{ConnSettings, Connection};
 use super::error::KafkaError;
 use super::observe::{Outcome, RequestObserver};
-use super::security::{authenticate, server_name, tls_connector};
+use super::security::authenticate;
 use super::state::{ClusterState, Lesson};
+use super::tls::{Tls, server_name};
 use super::versions::api_name;
 use crate::sync::lock;
 
@@ -53,7 +54,7 @@ type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 struct Shared {
     config: ClientConfig,
     settings: ConnSettings,
-    tls: Option<tokio_rustls::TlsConnector>,
+    tls: Option<Tls>,
     state: ClusterState,
 }
 
@@ -82,17 +83,13 @@ impl std::fmt::Debug for KafkaClient {
 
 impl KafkaClient {
     /// A client for `config`; connects lazily. TLS files are read here, so
-    /// a missing or bad one fails at once.
+    /// a missing or bad one fails at once (and again, when they change,
+    /// before new connections: `tls`).
     pub fn new(config: ClientConfig) -> Result<KafkaClient, KafkaError> {
         if config.bootstrap.is_empty() {
             return Err(KafkaError::Invalid("no bootstrap servers given".into()));
         }
-        let tls = config
-            .security
-            .tls
-            .as_ref()
-            .map(tls_connector)
-            .transpose()?;
+        let tls = config.security.tls.as_ref().map(Tls::load).transpose()?;
         let settings = ConnSettings {
             client_id: config.client_id.as_str().into(),
             max_frame_bytes: config.max_frame_bytes,
@@ -116,6 +113,17 @@ impl KafkaClient {
             shared: self.shared.clone(),
             pool: Arc::default(),
         }
+    }
+
+    /// The TLS material in use (after a look at its files, at most once a
+    /// second); `None` without TLS.
+    pub fn tls_status(&self) -> Option<super::TlsStatus> {
+        self.shared.tls.as_ref().map(Tls::status)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn tls(&self) -> Option<&Tls> {
+        self.shared.tls.as_ref()
     }
 
     /// The client's settings.
@@ -197,8 +205,9 @@ impl KafkaClient {
             None => Connection::start(stream, addr, settings),
             Some(tls) => {
                 let name = server_name(addr)?;
+                let connector = tls.connector();
                 let stream =
-                    tokio::time::timeout(config.connect_timeout, tls.connect(name, stream))
+                    tokio::time::timeout(config.connect_timeout, connector.connect(name, stream))
                         .await
                         .map_err(|_| {
                             connect_err(format!(
@@ -206,9 +215,7 @@ impl KafkaClient {
                                 config.connect_timeout
                             ))
                         })?
-                        .map_err(|e| {
-                            KafkaError::Tls(format!("handshake with {addr} failed: {e}"))
-                        })?;
+                        .map_err(|e| tls.handshake_error(addr, &e))?;
                 Connection::start(stream, addr, settings)
             }
         };

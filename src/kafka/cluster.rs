@@ -115,6 +115,10 @@ impl Cluster for KafkaClient {
         (!failures.is_empty()).then(|| failures.join("; "))
     }
 
+    fn tls(&self) -> Option<super::TlsStatus> {
+        self.tls_status()
+    }
+
     fn remembered_bytes(&self) -> u64 {
         self.state().coordinators().weighted_size()
     }

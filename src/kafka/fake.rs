@@ -41,6 +41,8 @@ pub(crate) struct FakeBroker {
     pub(crate) seen: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>,
     script: Arc<RwLock<Script>>,
     delay: Delay,
+    /// TLS for every connection, when set.
+    tls: Option<tokio_rustls::TlsAcceptor>,
     connections: Arc<Mutex<tokio::task::JoinSet<()>>>,
     /// The task accepting connections; it owns the listener.
     task: Mutex<tokio::task::JoinHandle<()>>,
@@ -62,6 +64,21 @@ impl FakeBroker {
     /// [`FakeBroker::start`], each answer written `delay` after the request
     /// was read (and answered by `script`); a restart keeps it.
     pub(crate) async fn start_delayed(script: Script, delay: Delay) -> FakeBroker {
+        FakeBroker::listening(script, delay, None).await
+    }
+
+    /// [`FakeBroker::start`] behind TLS as `tls` says (its certificate, and
+    /// whether it asks for a client's).
+    pub(crate) async fn start_tls(script: Script, tls: rustls::ServerConfig) -> FakeBroker {
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        FakeBroker::listening(script, Arc::new(|_, _| Duration::ZERO), Some(acceptor)).await
+    }
+
+    async fn listening(
+        script: Script,
+        delay: Delay,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> FakeBroker {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let mut broker = FakeBroker {
@@ -69,6 +86,7 @@ impl FakeBroker {
             seen: Arc::default(),
             script: Arc::new(RwLock::new(script)),
             delay,
+            tls,
             connections: Arc::default(),
             task: Mutex::new(tokio::spawn(async {})),
         };
@@ -82,16 +100,25 @@ impl FakeBroker {
             self.script.clone(),
             self.connections.clone(),
         );
-        let delay = self.delay.clone();
+        let (delay, tls) = (self.delay.clone(), self.tls.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((socket, _)) = listener.accept().await else {
                     return;
                 };
                 let script = scripted.read().unwrap().clone();
-                open.lock()
-                    .unwrap()
-                    .spawn(serve(socket, script, delay.clone(), log.clone()));
+                let (delay, log, tls) = (delay.clone(), log.clone(), tls.clone());
+                open.lock().unwrap().spawn(async move {
+                    match tls {
+                        None => serve(socket, script, delay, log).await,
+                        // A refused handshake closes the connection.
+                        Some(tls) => {
+                            if let Ok(stream) = tls.accept(socket).await {
+                                serve(stream, script, delay, log).await;
+                            }
+                        }
+                    }
+                });
             }
         })
     }
@@ -129,7 +156,7 @@ impl FakeBroker {
 /// Answers one connection by `script`, each answer held `delay`, until it
 /// closes.
 async fn serve(
-    mut socket: tokio::net::TcpStream,
+    mut socket: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     script: Script,
     delay: Delay,
     log: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>,
@@ -168,7 +195,7 @@ async fn serve(
             let mut out = BytesMut::new();
             out.put_i32(answer.len() as i32);
             out.put_slice(&answer);
-            if socket.write_all(&out).await.is_err() {
+            if socket.write_all(&out).await.is_err() || socket.flush().await.is_err() {
                 return;
             }
         }

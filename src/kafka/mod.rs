@@ -52,10 +52,13 @@ mod produce;
 #[cfg(test)]
 mod replaced;
 mod retry;
+#[cfg(test)]
+mod rotation;
 mod security;
 mod settings;
 mod state;
 mod tail;
+mod tls;
 mod topic;
 mod transport;
 mod txn;
@@ -72,6 +75,7 @@ pub use observe::{Outcome, RequestObserver, StaleReason};
 pub use security::{SaslConfig, SaslMechanism, Secret, Security, TlsConfig};
 pub use settings::{KafkaSettings, Mechanism, Protocol};
 pub use state::{Described, PartitionMeta, TopicMeta, TransactionDescription};
+pub use tls::TlsStatus;
 pub use topic::TopicSpec;
 pub use transport::{DEFAULT_TOPIC, GuardedRecord, KafkaTransport, TransportConfig};
 pub use txn::{ProducerSession, Transaction, TxnError};

@@ -1,5 +1,6 @@
-//! TLS (rustls) and SASL (PLAIN, SCRAM-SHA-256/512 through rsasl) for
-//! broker connections.
+//! Who the client is to the brokers: the security settings, and SASL
+//! (PLAIN, SCRAM-SHA-256/512 through rsasl). The TLS material (rustls) is
+//! `tls`.
 //!
 //! A connection is opened as TCP, wrapped in TLS when configured, asked for
 //! its API versions, then authenticated with SaslHandshake v1 and
@@ -8,14 +9,11 @@
 //! freshly authenticated one.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
 use kafka_protocol::protocol::StrBytes;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 use super::connection::Connection;
 use super::error::KafkaError;
@@ -109,162 +107,6 @@ impl Security {
             (true, true) => "SASL_SSL",
         }
     }
-}
-
-fn tls_err(reason: impl Into<String>) -> KafkaError {
-    KafkaError::Tls(reason.into())
-}
-
-fn read_pem_file(what: &str, path: &Path) -> Result<Vec<u8>, KafkaError> {
-    std::fs::read(path)
-        .map_err(|e| tls_err(format!("cannot read the {what} {}: {e}", path.display())))
-}
-
-/// Accepts a certificate that a full verification accepts, or that fails
-/// only because it does not name the host: the chain and the validity are
-/// still checked.
-#[derive(Debug)]
-struct IgnoreHostname(Arc<rustls::client::WebPkiServerVerifier>);
-
-impl rustls::client::danger::ServerCertVerifier for IgnoreHostname {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
-            Err(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName))
-            | Err(rustls::Error::InvalidCertificate(
-                rustls::CertificateError::NotValidForNameContext { .. },
-            )) => Ok(rustls::client::danger::ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// Builds the TLS connector once, so a bad file fails at start-up.
-pub(crate) fn tls_connector(config: &TlsConfig) -> Result<tokio_rustls::TlsConnector, KafkaError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    match &config.ca_file {
-        Some(path) => {
-            let pem = read_pem_file("CA file", path)?;
-            let mut added = 0;
-            for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert = cert.map_err(|e| {
-                    tls_err(format!("the CA file {} is not PEM: {e}", path.display()))
-                })?;
-                roots.add(cert).map_err(|e| {
-                    tls_err(format!(
-                        "a CA certificate in {} is invalid: {e}",
-                        path.display()
-                    ))
-                })?;
-                added += 1;
-            }
-            if added == 0 {
-                return Err(tls_err(format!(
-                    "the CA file {} holds no certificate",
-                    path.display()
-                )));
-            }
-        }
-        None => {
-            let native = rustls_native_certs::load_native_certs();
-            for cert in native.certs {
-                let _ = roots.add(cert);
-            }
-            if roots.is_empty() {
-                return Err(tls_err(
-                    "no CA file given and no system CA certificates found",
-                ));
-            }
-        }
-    }
-    let roots = Arc::new(roots);
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls_err(e.to_string()))?;
-    let builder = if config.verify_hostname {
-        builder.with_root_certificates(roots)
-    } else {
-        let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider)
-            .build()
-            .map_err(|e| tls_err(e.to_string()))?;
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(IgnoreHostname(inner)))
-    };
-    let client = match (&config.cert_file, &config.key_file) {
-        (Some(cert), Some(key)) => {
-            let pem = read_pem_file("client certificate", cert)?;
-            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
-                .collect::<Result<_, _>>()
-                .map_err(|e| {
-                    tls_err(format!(
-                        "the client certificate {} is not PEM: {e}",
-                        cert.display()
-                    ))
-                })?;
-            let pem = read_pem_file("client key", key)?;
-            let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| {
-                tls_err(format!(
-                    "the client key {} is not a PEM private key: {e}",
-                    key.display()
-                ))
-            })?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| tls_err(format!("the client certificate and key do not match: {e}")))?
-        }
-        (None, None) => builder.with_no_client_auth(),
-        _ => {
-            return Err(tls_err(
-                "a client certificate needs both a certificate file and a key file",
-            ));
-        }
-    };
-    Ok(tokio_rustls::TlsConnector::from(Arc::new(client)))
-}
-
-/// The name to verify the broker's certificate against: the host part of
-/// `host:port`.
-pub(crate) fn server_name(addr: &str) -> Result<ServerName<'static>, KafkaError> {
-    let host = addr
-        .rsplit_once(':')
-        .map_or(addr, |(host, _)| host)
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    ServerName::try_from(host.to_owned())
-        .map_err(|e| tls_err(format!("{host:?} is not a host name: {e}")))
 }
 
 /// Authenticates `conn` with SASL; returns the session lifetime the broker

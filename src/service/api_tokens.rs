@@ -2,38 +2,36 @@
 //!
 //! Tokens are read from a file (one per line; blank lines and `#` comments
 //! ignored), typically a mounted Secret, and read again when the file
-//! changes, so a rotation needs no restart. Only SHA-256 digests are kept and
+//! changes (a rewrite, or the kubelet's symlink swap: [`crate::files`]), so
+//! a rotation needs no restart. Only SHA-256 digests are kept and
 //! compared in constant time. Who needs one is [`crate::service::http::auth`]'s
 //! business.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::files::{FileStamp, LOOK_EVERY};
 use crate::sync;
 
 type Digests = Arc<Vec<[u8; 32]>>;
-
-/// How often the token file is looked at for changes, at most.
-const RECHECK: Duration = Duration::from_secs(1);
 
 /// The accepted tokens and where they come from.
 #[derive(Debug)]
 pub struct ApiTokens {
     path: PathBuf,
     digests: RwLock<Digests>,
-    seen: Mutex<(tokio::time::Instant, Option<SystemTime>)>,
+    seen: Mutex<(tokio::time::Instant, Option<FileStamp>)>,
 }
 
 fn digest(token: &[u8]) -> [u8; 32] {
     Sha256::digest(token).into()
 }
 
-fn read(path: &Path) -> Result<(Digests, Option<SystemTime>), String> {
-    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+fn read(path: &Path) -> Result<(Digests, Option<FileStamp>), String> {
+    let stamp = FileStamp::of(path);
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the API tokens file {}: {e}", path.display()))?;
     let digests: Vec<[u8; 32]> = text
@@ -48,43 +46,41 @@ fn read(path: &Path) -> Result<(Digests, Option<SystemTime>), String> {
             path.display()
         ));
     }
-    Ok((Arc::new(digests), modified))
+    Ok((Arc::new(digests), stamp))
 }
 
 impl ApiTokens {
     /// Reads the tokens; an unreadable or empty file is an error.
     pub fn load(path: &Path) -> Result<ApiTokens, String> {
-        let (digests, modified) = read(path)?;
+        let (digests, stamp) = read(path)?;
         tracing::info!(file = %path.display(), tokens = digests.len(), "API tokens loaded");
         Ok(ApiTokens {
             path: path.to_owned(),
             digests: RwLock::new(digests),
-            seen: Mutex::new((tokio::time::Instant::now(), modified)),
+            seen: Mutex::new((tokio::time::Instant::now(), stamp)),
         })
     }
 
     /// Reads the file again if it changed; a file that became unreadable or
     /// empty keeps the tokens loaded before.
     fn refresh(&self) {
-        let modified = {
+        let stamp = {
             let mut seen = sync::lock(&self.seen);
-            if seen.0.elapsed() < RECHECK {
+            if seen.0.elapsed() < LOOK_EVERY {
                 return;
             }
             seen.0 = tokio::time::Instant::now();
-            let modified = std::fs::metadata(&self.path)
-                .and_then(|m| m.modified())
-                .ok();
-            if modified == seen.1 {
+            let stamp = FileStamp::of(&self.path);
+            if stamp == seen.1 {
                 return;
             }
-            modified
+            stamp
         };
         match read(&self.path) {
             Ok((digests, _)) => {
                 tracing::info!(file = %self.path.display(), tokens = digests.len(), "API tokens reloaded");
                 *sync::write(&self.digests) = digests;
-                sync::lock(&self.seen).1 = modified;
+                sync::lock(&self.seen).1 = stamp;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "API tokens not reloaded; keeping the previous ones")
@@ -110,6 +106,7 @@ impl ApiTokens {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::files::tests::SecretMount;
 
     #[test]
     fn tokens_come_from_the_file_and_follow_its_changes() {
@@ -126,18 +123,30 @@ mod tests {
 
         std::fs::write(&file, "gamma\n").unwrap();
         // Force the next look and a different modification time.
-        tokens.seen.lock().unwrap().0 -= RECHECK;
+        tokens.seen.lock().unwrap().0 -= LOOK_EVERY;
         tokens.seen.lock().unwrap().1 = None;
         assert!(tokens.accepts("gamma"));
         assert!(!tokens.accepts("alpha"));
 
         std::fs::write(&file, "\n# nothing\n").unwrap();
-        tokens.seen.lock().unwrap().0 -= RECHECK;
+        tokens.seen.lock().unwrap().0 -= LOOK_EVERY;
         tokens.seen.lock().unwrap().1 = None;
         assert!(
             tokens.accepts("gamma"),
             "an emptied file keeps the old tokens"
         );
         assert!(ApiTokens::load(&file).is_err());
+    }
+
+    #[test]
+    fn a_secret_swapped_by_the_kubelet_is_read_again() {
+        let mut mount = SecretMount::new(&[("tokens", b"alpha\n")]);
+        let tokens = ApiTokens::load(&mount.path("tokens")).unwrap();
+        assert!(tokens.accepts("alpha"));
+        // The same size: only the file behind the link is another.
+        mount.update(&[("tokens", b"omega\n")]);
+        tokens.seen.lock().unwrap().0 -= LOOK_EVERY;
+        assert!(tokens.accepts("omega"));
+        assert!(!tokens.accepts("alpha"));
     }
 }

@@ -56,6 +56,11 @@ pub struct Metrics {
     pub confirmations: IntCounter,
     /// Records of the topic that did not decode, by part.
     pub malformed_records: IntCounterVec,
+    /// Seconds until the client certificate of broker connections ends,
+    /// by file (absent without one; negative once it ended).
+    pub tls_client_certificate_expiry: IntGaugeVec,
+    /// Changes of the TLS files, taken in or refused.
+    pub tls_reloads: IntCounterVec,
     /// Constant 1, labelled with the version.
     pub build_info: IntGaugeVec,
 }
@@ -178,6 +183,20 @@ impl Metrics {
             ),
             &["part"],
         )?;
+        let tls_client_certificate_expiry = IntGaugeVec::new(
+            Opts::new(
+                "krabka_kafka_tls_client_certificate_expiry_seconds",
+                "Seconds until the client certificate of broker connections (--kafka-tls-cert-file) ends; negative once it ended. Absent without a client certificate.",
+            ),
+            &["file"],
+        )?;
+        let tls_reloads = IntCounterVec::new(
+            Opts::new(
+                "krabka_kafka_tls_reloads_total",
+                "Changes of the TLS files seen: taken in for new connections (outcome=taken), or refused, the previous material kept (outcome=refused).",
+            ),
+            &["outcome"],
+        )?;
         let build_info = IntGaugeVec::new(
             Opts::new("krabka_build_info", "Always 1; the version is a label."),
             &["version"],
@@ -202,6 +221,8 @@ impl Metrics {
             Box::new(broker_stale.clone()),
             Box::new(confirmations.clone()),
             Box::new(malformed_records.clone()),
+            Box::new(tls_client_certificate_expiry.clone()),
+            Box::new(tls_reloads.clone()),
             Box::new(build_info.clone()),
         ] {
             registry.register(c)?;
@@ -243,6 +264,8 @@ impl Metrics {
             broker_stale,
             confirmations,
             malformed_records,
+            tls_client_certificate_expiry,
+            tls_reloads,
             build_info,
         })
     }

@@ -75,6 +75,7 @@ pub async fn run(
     let local = listener.local_addr().map_err(ServeError::Serve)?;
     tracing::info!(addr = %local, topic = %state.config.kafka.topic, "serving");
     let watcher = tokio::spawn(state.watcher.clone().run());
+    let files = tokio::spawn(state.clone().look_at_files());
     let mut prober = tokio::spawn(state.clone().probe_forever(PROBE_INTERVAL));
     let stop_prober = prober.abort_handle();
 
@@ -162,6 +163,7 @@ pub async fn run(
     }
     stop_prober.abort();
     watcher.abort();
+    files.abort();
     match denied {
         Some(why) => Err(ServeError::Denied(why)),
         None => Ok(()),

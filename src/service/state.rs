@@ -222,6 +222,39 @@ impl AppState {
             .high_water_bytes
             .set(i64::try_from(high_water).unwrap_or(i64::MAX));
         self.watcher.view_ages();
+        self.tls_gauges();
+    }
+
+    /// Looks at the files the service follows while it runs (the TLS
+    /// material of broker connections; the API tokens are looked at as
+    /// requests come) once a second, so a rotation is taken in, or a bad
+    /// file said, within a second, whether or not a connection opens.
+    pub async fn look_at_files(self: Arc<Self>) {
+        if self.cluster.tls().is_none() {
+            return;
+        }
+        loop {
+            tokio::time::sleep(crate::files::LOOK_EVERY).await;
+            self.cluster.tls();
+        }
+    }
+
+    /// The TLS material's metrics, after a look at its files.
+    fn tls_gauges(&self) {
+        let Some(tls) = self.cluster.tls() else {
+            return;
+        };
+        let expiry = &self.metrics.tls_client_certificate_expiry;
+        if let Some((file, end_ms)) = &tls.client_certificate {
+            let left = (end_ms - self.clock.now_ms()).div_euclid(1000);
+            expiry
+                .with_label_values(&[&file.display().to_string()])
+                .set(left);
+        }
+        for (outcome, seen) in [("taken", tls.reloads), ("refused", tls.refused)] {
+            let counter = self.metrics.tls_reloads.with_label_values(&[outcome]);
+            counter.inc_by(seen.saturating_sub(counter.get()));
+        }
     }
 
     /// One readiness probe: the cluster answers metadata for the topic (a

@@ -19,6 +19,7 @@ mod kafka_transport;
 mod leadership;
 mod prometheus;
 mod replaced;
+mod rotation;
 mod security;
 mod service;
 mod soak;
