@@ -14,11 +14,13 @@ use krabka_authority::coordination::FencingToken;
 use krabka_authority::service::http::status_page::path_segment;
 use serde_json::Value;
 
-use crate::support::broker::{bootstrap, topic};
+use krabka_authority::transport::Registrar;
+
+use crate::support::broker::{bootstrap, topic, transport};
 use crate::support::leadership::{Pending, candidate, holds};
 use crate::support::process::{Process, binary};
 use crate::support::service::{Service, get, ready, start, watcher_config};
-use crate::support::{eventually, unique};
+use crate::support::{eventually, repo, unique};
 
 fn chromium() -> PathBuf {
     for candidate in ["chromium", "chromium-browser", "google-chrome"] {
@@ -260,7 +262,9 @@ async fn a_role_page_after_failovers_draws_every_holding_period_and_keeps_names_
     assert!(dom.contains("no holder: the holder resigned"), "{dom}");
     assert!(dom.contains("<svg class=\"countdown live\""), "{dom}");
     assert!(
-        dom.contains("<tr class=\"holder\"><td>holder</td><td class=\"name\"><b>node-a</b>"),
+        dom.contains(
+            "<tr class=\"holder\"><td>holder</td><td class=\"name\"><b><bdi>node-a</bdi></b>"
+        ),
         "{dom}"
     );
 
@@ -275,7 +279,7 @@ async fn a_role_page_after_failovers_draws_every_holding_period_and_keeps_names_
     assert!(!dom.contains("pwned</title>"));
     let h1 = &dom[dom.find("<h1>").unwrap()..dom.find("</h1>").unwrap()];
     assert!(
-        unescape(h1).contains(&format!("<code>{role}</code>")),
+        unescape(h1).contains(&format!("<code><bdi>{role}</bdi></code>")),
         "{h1}"
     );
 
@@ -299,4 +303,145 @@ async fn a_role_page_after_failovers_draws_every_holding_period_and_keeps_names_
         shot.display()
     );
     drop(a);
+}
+
+/// Names that look like `orders`, or like each other, on a plain page
+/// (the library's `service::http::names` tests hold the same list).
+const LOOKALIKES: [&str; 16] = [
+    "orders",
+    "orders\u{202E}",
+    "\u{202E}sredro",
+    "\u{2067}sredro\u{2069}",
+    "\u{200F}orders",
+    "ord\u{200B}ers",
+    "ord\u{200D}ers",
+    "orders\u{FEFF}",
+    "orders\u{2060}",
+    "orders ",
+    "orders\u{00A0}",
+    "o\u{0336}rders",
+    "\u{043E}rders",
+    "orders\u{3164}",
+    "caf\u{00E9}",
+    "cafe\u{0301}",
+];
+
+/// One photographed name: which name, and what the browser drew.
+#[derive(Debug, serde::Deserialize)]
+struct Shot {
+    name: String,
+    sha256: String,
+    text: String,
+}
+
+/// Runs `tests/broker/pages/shots.mjs` (Playwright driving the machine's
+/// Chromium) over `jobs`; installs playwright-core from the npm registry
+/// into the cargo target's tmp folder the first time.
+fn shots(jobs: &Value) -> Vec<Shot> {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("page-shots");
+    std::fs::create_dir_all(&dir).unwrap();
+    for file in ["package.json", "shots.mjs"] {
+        std::fs::copy(repo().join("tests/broker/pages").join(file), dir.join(file)).unwrap();
+    }
+    if !dir.join("node_modules/playwright-core").exists() {
+        let out = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(&dir)
+            .output()
+            .expect("npm runs");
+        assert!(
+            out.status.success(),
+            "npm install playwright-core: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = Command::new("node")
+        .arg("shots.mjs")
+        .arg(jobs.to_string())
+        .env("CHROMIUM", chromium())
+        .current_dir(&dir)
+        .output()
+        .expect("node runs");
+    assert!(
+        out.status.success(),
+        "shots.mjs: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Roles and members named to impersonate each other, on both pages in a
+/// real browser: no two different names are drawn the same, pixel for
+/// pixel, and none draws a character it hides.
+#[tokio::test(flavor = "multi_thread")]
+async fn names_built_to_impersonate_never_look_alike_in_a_browser() {
+    let topic = topic(1).await;
+    let service = start(watcher_config(&topic)).await;
+    ready(&service).await;
+    let registrar = transport(&topic).await;
+    for name in LOOKALIKES {
+        // Each name as a role, with a member of the same name.
+        registrar.register(name, name, 0).await.unwrap();
+    }
+    eventually(|| async {
+        let (_, roles, _) = get(&format!("{}/roles", service.url)).await;
+        (roles["roles"].as_array().map_or(0, Vec::len) == LOOKALIKES.len()).then_some(())
+    })
+    .await;
+    let mut jobs = vec![
+        serde_json::json!({"url": format!("{}/", service.url), "rows": "tr[data-role]", "key": "data-role", "part": "td.role bdi"}),
+        serde_json::json!({"url": format!("{}/", service.url), "rows": "tr[data-role]", "key": "data-role", "part": "td.candidates bdi"}),
+    ];
+    for name in LOOKALIKES {
+        let url = format!("{}/roles/{}/page", service.url, path_segment(name));
+        jobs.push(serde_json::json!({"url": url, "rows": "h1", "name": name, "part": "code bdi"}));
+        jobs.push(serde_json::json!({"url": url, "rows": "tr.challenger", "name": name, "part": "td.name bdi"}));
+    }
+    let shots = tokio::task::block_in_place(|| shots(&Value::Array(jobs)));
+    // Per place: the status page's roles and members, the role pages'
+    // headings and members (4 places x 16 names).
+    assert_eq!(shots.len(), 4 * LOOKALIKES.len(), "{shots:#?}");
+    let mut same = Vec::new();
+    for (place, group) in shots.chunks(LOOKALIKES.len()).enumerate() {
+        for (i, a) in group.iter().enumerate() {
+            for b in &group[i + 1..] {
+                if a.name != b.name && a.sha256 == b.sha256 {
+                    same.push(format!(
+                        "place {place}: {:?} and {:?} both drawn as {:?}",
+                        a.name, b.name, a.text
+                    ));
+                }
+            }
+        }
+    }
+    for shot in &shots {
+        // Every character but ASCII and the é of the composed café is
+        // drawn as its code point, never as itself.
+        for c in shot
+            .name
+            .chars()
+            .filter(|c| !c.is_ascii() && *c != '\u{00E9}')
+        {
+            assert!(
+                !shot.text.contains(c),
+                "{:?} drawn as {:?}",
+                shot.name,
+                shot.text
+            );
+        }
+    }
+    eprintln!(
+        "{} names photographed in 4 places of the pages: {} pairs drawn alike; e.g. {:?}",
+        LOOKALIKES.len(),
+        same.len(),
+        shots
+            .iter()
+            .map(|s| s.text.as_str())
+            .take(4)
+            .collect::<Vec<_>>()
+    );
+    assert!(same.is_empty(), "{same:#?}");
 }

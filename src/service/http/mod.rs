@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod authority;
 pub mod extract;
+pub mod names;
 pub mod ops;
 pub mod problem;
 pub mod role_page;

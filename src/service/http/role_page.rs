@@ -18,7 +18,8 @@ use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::extract::Role;
-use super::status_page::{STYLE, escape, html, path_segment};
+use super::names::{self, escape, shown, shown_plain};
+use super::status_page::{STYLE, html, path_segment};
 use super::views::view_headers;
 use crate::coordination::FencingToken;
 use crate::service::state::AppState;
@@ -171,14 +172,15 @@ fn head(out: &mut String, title: &str, refresh: bool) {
         out,
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">{refresh}\
          <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{title} · krabka-authority</title>\
-         <style>{STYLE}{PAGE_STYLE}</style></head><body>\
+         <style>{STYLE}{names}{PAGE_STYLE}</style></head><body>\
          <nav class=\"muted\"><a href=\"/\">← all roles</a></nav>",
         refresh = if refresh {
             "<meta http-equiv=\"refresh\" content=\"2\">"
         } else {
             ""
         },
-        title = escape(title),
+        title = shown_plain(title),
+        names = names::STYLE,
     );
 }
 
@@ -299,7 +301,7 @@ fn timeline(out: &mut String, role: &str, all: &[Period<'_>], first_at: Option<i
          <defs><pattern id=\"gap\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">\
          <rect width=\"6\" height=\"6\" fill=\"#f6f6f6\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#ddd\" stroke-width=\"2\"/></pattern></defs>\
          <rect class=\"lane\" x=\"{PAD}\" y=\"{LANE_TOP}\" width=\"{lane_w}\" height=\"{LANE_HEIGHT}\" fill=\"none\" stroke=\"#ccc\"/>",
-        role = escape(role),
+        role = shown_plain(role),
         from = Rfc3339Ms(axis.start),
         to = Rfc3339Ms(axis.end),
         lane_w = WIDTH - 2.0 * PAD,
@@ -359,9 +361,10 @@ fn timeline(out: &mut String, role: &str, all: &[Period<'_>], first_at: Option<i
         let _ = write!(
             out,
             "<g class=\"holder-bar\" data-member=\"{member}\" data-token=\"{token}\" data-ended=\"{ended}\">\
-             <title>{member} held {token} {since} {from} to {to} ({ended})</title>\
+             <title>{shown} held {token} {since} {from} to {to} ({ended})</title>\
              <rect x=\"{x1:.1}\" y=\"{LANE_TOP}\" width=\"{w:.1}\" height=\"{LANE_HEIGHT}\" rx=\"3\" fill=\"{fill}\" stroke=\"{stroke}\"{dash}/>",
             member = escape(p.member),
+            shown = shown_plain(p.member),
             token = p.token,
             ended = p.ended.as_str(),
             from = Rfc3339Ms(p.from_ms),
@@ -374,13 +377,13 @@ fn timeline(out: &mut String, role: &str, all: &[Period<'_>], first_at: Option<i
                 ""
             },
         );
+        let member = names::visible(p.member);
         let label = format!(
-            "{}{} · {}",
+            "{}{member} · {}",
             if p.held_before { "…" } else { "" },
-            p.member,
             p.token
         );
-        let text = fitted(&label, w).or_else(|| fitted(p.member, w));
+        let text = fitted(&label, w).or_else(|| fitted(&member, w));
         if let Some(text) = text {
             let _ = write!(
                 out,
@@ -447,7 +450,7 @@ fn timeline(out: &mut String, role: &str, all: &[Period<'_>], first_at: Option<i
                 out,
                 "<span class=\"swatch\" style=\"background:{}\"></span>{}",
                 FILLS[slot],
-                escape(member)
+                shown(member)
             );
         }
         out.push_str("</p>");
@@ -477,7 +480,7 @@ fn timeline(out: &mut String, role: &str, all: &[Period<'_>], first_at: Option<i
                 } else {
                     Rfc3339Ms(p.to_ms).to_string()
                 },
-                member = escape(p.member),
+                member = shown(p.member),
                 token = p.token,
                 ended = p.ended.as_str(),
             );
@@ -521,7 +524,7 @@ fn countdown(out: &mut String, lease: &LeaseView<'_>, now_ms: i64) {
          <span class=\"muted\">(the holder's clock)</span></p>\
          <svg class=\"countdown {class}\" viewBox=\"0 0 {WIDTH} 58\" role=\"img\" aria-label=\"lease {words}\">\
          <rect class=\"track\" x=\"{x0:.1}\" y=\"20\" width=\"{track:.1}\" height=\"16\" rx=\"3\" fill=\"#e8e8e8\"/>",
-        member = escape(lease.member),
+        member = shown(lease.member),
         token = lease.token,
         granted_at = lease.granted_at,
         deadline_at = lease.deadline,
@@ -582,7 +585,7 @@ fn candidates(out: &mut String, roster: &RosterView<'_>, now_ms: i64) {
         let _ = write!(
             out,
             "<tr class=\"holder\"><td>holder</td><td class=\"name\"><b>{}</b></td><td>{}</td><td>holds the lease</td></tr>",
-            escape(lease.member),
+            shown(lease.member),
             registered(lease.member),
         );
     }
@@ -592,7 +595,7 @@ fn candidates(out: &mut String, roster: &RosterView<'_>, now_ms: i64) {
             "<tr class=\"challenger\"><td>{rank}</td><td class=\"name\">{member}</td><td>{registered}</td>\
              <td>{at} <span class=\"muted\">({relative})</span></td></tr>",
             rank = c.rank,
-            member = escape(c.member),
+            member = shown(c.member),
             registered = registered(c.member),
             at = c.challenge_at,
             relative = relative(c.challenge_at.0, now_ms),
@@ -642,7 +645,7 @@ pub fn render(input: &PageInput<'_>) -> String {
          <p class=\"muted\">Topic <code>{topic}</code> · partition {partition} · {failovers} in the status window · \
          view at offset {offset}, {age} ms old · refreshes every 2 s · \
          <a href=\"/roles/{segment}\">JSON</a> · <a href=\"/roles/{segment}/events\">events</a></p>",
-        role = escape(role),
+        role = shown(role),
         topic = escape(input.topic),
         partition = roster.partition,
         failovers = count(roster.failovers_in_window, "failover"),
@@ -700,7 +703,7 @@ pub fn render_not_found(topic: &str, role: &str) -> String {
         "<h1>No such role</h1><p>The coordination topic <code>{}</code> holds no record of role <code>{}</code>.</p>\
          <p><a href=\"/\">← all roles</a></p></body></html>",
         escape(topic),
-        escape(role),
+        shown(role),
     );
     out
 }
@@ -713,7 +716,7 @@ pub fn render_not_ready(role: &str, why: &NotReady) -> String {
         out,
         "<h1>Role <code>{}</code></h1><p class=\"muted\">Not ready: {}</p>\
          <p><a href=\"/\">← all roles</a></p></body></html>",
-        escape(role),
+        shown(role),
         escape(&why.to_string()),
     );
     out

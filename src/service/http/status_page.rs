@@ -11,27 +11,12 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use super::names::{self, escape, shown};
 use crate::service::state::AppState;
 use crate::service::watch::{NotReady, RoleView};
 
 /// Most roles listed on one page.
 const PAGE: usize = 500;
-
-/// Escapes text for HTML element content and attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// Percent-encodes `text` as one path segment: everything but RFC 3986's
 /// unreserved characters, so a role named `a/b?c#d` links to its own page
@@ -67,7 +52,7 @@ fn row(out: &mut String, view: &RoleView, now_ms: i64) {
     let state = &view.state;
     let lease = state.lease();
     let holder = lease
-        .map(|l| escape(&l.member))
+        .map(|l| shown(&l.member))
         .unwrap_or_else(|| "—".into());
     let token = lease.map(|l| l.token.to_string()).unwrap_or_default();
     let status = view.status.map_or("unknown", |s| s.as_str());
@@ -75,7 +60,7 @@ fn row(out: &mut String, view: &RoleView, now_ms: i64) {
         .members()
         .iter()
         .map(|m| {
-            let name = escape(&m.member);
+            let name = shown(&m.member);
             if lease.is_some_and(|l| l.member == m.member) {
                 format!("<b>{name}</b>")
             } else {
@@ -85,10 +70,11 @@ fn row(out: &mut String, view: &RoleView, now_ms: i64) {
         .collect();
     let _ = write!(
         out,
-        "<tr data-role=\"{role}\"><td class=\"role\"><a href=\"/roles/{segment}/page\">{role}</a></td><td><span class=\"status {status}\">{status}</span></td>\
+        "<tr data-role=\"{role}\"><td class=\"role\"><a href=\"/roles/{segment}/page\">{name}</a></td><td><span class=\"status {status}\">{status}</span></td>\
          <td class=\"holder\">{holder}</td><td><code>{token}</code></td><td class=\"lease\">{countdown}</td>\
          <td class=\"candidates\">{candidates}</td><td class=\"num\">{failovers}</td></tr>",
         role = escape(state.role()),
+        name = shown(state.role()),
         segment = path_segment(state.role()),
         countdown = countdown(view, now_ms),
         candidates = candidates.join(" → "),
@@ -135,7 +121,8 @@ pub fn render(
         out,
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"2\">\
          <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>krabka-authority</title>\
-         <style>{STYLE}</style></head><body><h1>Roles</h1>"
+         <style>{STYLE}{names}</style></head><body><h1>Roles</h1>",
+        names = names::STYLE,
     );
     match views {
         Err(why) => {
@@ -236,5 +223,28 @@ mod tests {
         let html = render("t", Ok(&[view]), None, 0);
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    }
+
+    #[test]
+    fn names_that_impersonate_show_their_hidden_characters_on_the_status_page() {
+        use crate::coordination::LogRecord;
+        use crate::service::http::names::{assert_shown_visibly, tests::LOOKALIKES};
+        use crate::testkit::{T0, lease_at, lease_record, registration_record, t};
+        let views: Vec<RoleView> = LOOKALIKES
+            .iter()
+            .map(|name| {
+                let records: Vec<LogRecord> = vec![
+                    registration_record(0, name, name, T0),
+                    registration_record(1, name, "plain", T0),
+                    lease_record(2, name, &lease_at(name, t(1, 0), T0, T0 + 1_000)),
+                ];
+                view_of(RoleState::from_records(name, &records))
+            })
+            .collect();
+        let html = render("t", Ok(&views), None, T0);
+        for name in LOOKALIKES {
+            assert_shown_visibly(&html, name);
+            assert!(html.contains(&format!("data-role=\"{}\"", escape(name))));
+        }
     }
 }

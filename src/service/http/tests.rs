@@ -637,7 +637,7 @@ async fn a_role_page_is_html_under_the_strict_policy_with_503_and_404_pages() {
     assert!(
         body.as_str()
             .unwrap()
-            .contains("holds no record of role <code>orders</code>"),
+            .contains("holds no record of role <code><bdi>orders</bdi></code>"),
         "{body}"
     );
 
@@ -664,7 +664,10 @@ async fn a_role_page_is_html_under_the_strict_policy_with_503_and_404_pages() {
         csp.contains("default-src 'none'") && !csp.contains("script"),
         "{csp}"
     );
-    assert!(page.contains("<b>node-1</b> under token"), "{page}");
+    assert!(
+        page.contains("<b><bdi>node-1</bdi></b> under token"),
+        "{page}"
+    );
     assert!(page.contains(&format!("<code>{token}</code>")));
     assert!(page.contains("<svg class=\"countdown live\""), "{page}");
     assert_eq!(
@@ -680,7 +683,7 @@ async fn a_role_page_is_html_under_the_strict_policy_with_503_and_404_pages() {
         index
             .as_str()
             .unwrap()
-            .contains("<a href=\"/roles/orders/page\">orders</a>"),
+            .contains("<a href=\"/roles/orders/page\"><bdi>orders</bdi></a>"),
         "{index}"
     );
 
@@ -690,7 +693,7 @@ async fn a_role_page_is_html_under_the_strict_policy_with_503_and_404_pages() {
     assert!(
         body.as_str()
             .unwrap()
-            .contains("<code>&lt;b&gt;&quot;x</code>"),
+            .contains("<code><bdi>&lt;b&gt;&quot;x</bdi></code>"),
         "{body}"
     );
 }

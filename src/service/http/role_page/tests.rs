@@ -89,7 +89,7 @@ fn tags(html: &str) -> Vec<String> {
 
 const ELEMENTS: &[&str] = &[
     "!doctype", "html", "head", "meta", "title", "style", "body", "nav", "a", "h1", "h2", "code",
-    "span", "p", "b", "table", "thead", "tbody", "tr", "th", "td", "svg", "defs", "pattern",
+    "span", "bdi", "p", "b", "table", "thead", "tbody", "tr", "th", "td", "svg", "defs", "pattern",
     "rect", "line", "path", "text", "g",
 ];
 
@@ -311,14 +311,14 @@ fn candidates_come_in_rank_order_with_their_challenge_instants() {
     let table = &html[html.find("<table class=\"candidates\"").unwrap()..];
     let table = &table[..table.find("</table>").unwrap()];
     let order: Vec<usize> = [
-        "<td>holder</td><td class=\"name\"><b>a</b>".to_owned(),
+        "<td>holder</td><td class=\"name\"><b><bdi>a</bdi></b>".to_owned(),
         format!(
-            "<td>0</td><td class=\"name\">c</td><td>{}</td><td>{} <span class=\"muted\">(in 6.0 s)",
+            "<td>0</td><td class=\"name\"><bdi>c</bdi></td><td>{}</td><td>{} <span class=\"muted\">(in 6.0 s)",
             Rfc3339Ms(T0),
             Rfc3339Ms(deadline)
         ),
         format!(
-            "<td>1</td><td class=\"name\">b</td><td>{}</td><td>{} <span class=\"muted\">(in 7.0 s)",
+            "<td>1</td><td class=\"name\"><bdi>b</bdi></td><td>{}</td><td>{} <span class=\"muted\">(in 7.0 s)",
             Rfc3339Ms(T0),
             Rfc3339Ms(deadline + STAGGER)
         ),
@@ -470,5 +470,31 @@ fn any_instants_a_record_may_hold_render_without_overflow() {
             ),
         ];
         only_own_markup(&page(&v, &history, T0 + 3));
+    }
+}
+
+#[test]
+fn names_that_impersonate_show_their_hidden_characters_on_the_role_page() {
+    use crate::service::http::names::{assert_shown_visibly, tests::LOOKALIKES};
+    for (i, name) in LOOKALIKES.iter().enumerate() {
+        // The name as the role, as the holder, as a challenger and in the
+        // history.
+        let other = LOOKALIKES[(i + 1) % LOOKALIKES.len()];
+        let v = view(name, &[name, other], Some((name, t(1, 1), T0, T0 + 10_000)));
+        let history = [event(
+            0,
+            ChangeKind::Acquired,
+            Some((name, t(1, 1), T0 + 10_000)),
+            T0,
+        )];
+        let html = page(&v, &history, T0 + 5_000);
+        only_own_markup(&html);
+        assert_shown_visibly(&html, name);
+        assert_shown_visibly(&html, other);
+        // The data attributes stay exact.
+        assert!(
+            html.contains(&format!("data-member=\"{}\"", escape(name))),
+            "{name:?}"
+        );
     }
 }
