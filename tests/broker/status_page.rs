@@ -112,7 +112,7 @@ async fn the_status_page_shows_the_holder_in_a_real_browser() {
             .find("</tr>")
             .map_or(dom.len(), |e| row_start + e)];
     assert!(
-        row.contains(&format!("<td class=\"holder\">{holder}</td>")),
+        row.contains(&format!("<td class=\"holder\"><bdi>{holder}</bdi></td>")),
         "holder {holder} not shown: {row}"
     );
     assert!(row.contains(&token), "token {token} not shown: {row}");

@@ -2,7 +2,7 @@
 // in the machine's Chromium (CHROMIUM): what a reader sees of each name.
 //
 // argv[2]: JSON [{url, rows, key, part}]: for each element matching `rows`
-// on the page at `url`, the element `part` inside it is photographed; the
+// on the page at `url` (fetched, then shown without its refresh), the element `part` inside it is photographed; the
 // name it shows is the row's attribute `key` (or `name` when given).
 // stdout: one JSON line per element: {name, sha256, width, height, text}.
 import { createHash } from 'node:crypto';
@@ -17,7 +17,12 @@ const browser = await chromium.launch({
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
   for (const job of jobs) {
-    await page.goto(job.url);
+    // The page as the service served it, without its two-second refresh
+    // (a reload under a slow machine's screenshot detaches the element).
+    const served = await page.request.get(job.url);
+    if (!served.ok()) throw new Error(`${job.url}: HTTP ${served.status()}`);
+    const html = (await served.text()).replace(/<meta http-equiv="refresh"[^>]*>/, '');
+    await page.setContent(html);
     const rows = page.locator(job.rows);
     const n = await rows.count();
     for (let i = 0; i < n; i++) {
