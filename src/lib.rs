@@ -1,46 +1,49 @@
-//! Kafka-fenced leader election, ported byte for byte from the Go and Java
-//! coordination packages, and the building blocks of an authority-check
-//! service.
+//! The authority-check service of Kafka-fenced leader election, and the
+//! command line around it.
 //!
 //! One member per role does the work; Kafka's transaction coordinator mints
 //! the fencing token `(producer id, producer epoch)` for
 //! `transactional.id = <role>` and the brokers reject writes of a deposed
-//! holder. Candidates register in the compacted topic
-//! `__coordination_state`; their join order is their rank.
+//! holder. The service answers whether a token is a role's authority now,
+//! live from the coordinator, and serves who holds each role.
 //!
 //! # Layout
 //!
-//! - [`coordination`]: the pure rules (token, record format, partition, role
-//!   state, succession, the verdict of a check). No I/O, no clock, no
-//!   randomness.
-//! - [`transport`]: the seam of the leader-election client, with an
-//!   in-memory cluster for tests; [`leadership`]: the client itself.
-//! - [`cluster`]: the seam of the service (what it asks of a cluster).
-//! - [`kafka`]: all Kafka I/O: the client, `KafkaTransport`, the settings.
-//! - [`service`]: the authority-check service.
+//! The library is three crates of its own, re-exported here under their
+//! old names:
+//! - [`coordination`] (`krabka-coordination`): the pure rules (token,
+//!   record format, partition, role state, succession, the verdict of a
+//!   check), the transport seam with an in-memory cluster
+//!   ([`transport`]), the service's seam ([`cluster`]), clocks ([`time`]);
+//! - [`kafka`] (`krabka-kafka`): all Kafka I/O, `KafkaTransport`;
+//! - [`leadership`] (`krabka-leadership`): the leader-election client.
+//!
+//! A member that takes a role depends on `krabka-leadership` and
+//! `krabka-kafka` alone. This crate adds:
+//! - [`service`]: the authority-check service;
+//! - [`kafka_settings`]: the Kafka flags of every subcommand;
+//! - the binary `krabka-authority` (`src/main.rs`, `src/cli/`).
 //!
 //! The token, the verdict, the problem body and the input rules are shared
 //! with the service's clients through the `krabka-authority-types` crate;
 //! the HTTP client and its tower guard are the `krabka-authority-client`
 //! crate, which depends on neither Kafka nor this server.
-//! - [`time`]: clocks and how instants are written.
 //!
 //! The fast tier's tests share their builders and `eventually` in
-//! `testkit` (compiled for tests only).
+//! `krabka_coordination::testkit`, and the service's in `testkit`.
 
-mod backoff;
-mod bounded;
-pub mod cluster;
-pub mod coordination;
-mod files;
-pub mod kafka;
-pub mod leadership;
+pub use krabka_coordination as coordination;
+pub use krabka_coordination::{cluster, time, transport};
+pub use krabka_kafka as kafka;
+pub use krabka_leadership as leadership;
+
+pub mod kafka_settings;
 pub mod service;
-mod sync;
 #[cfg(test)]
 mod testkit;
-pub mod time;
-pub mod transport;
+
+use krabka_coordination::sync;
+use krabka_kafka::{backoff, bounded, files};
 
 /// Compiles the README's examples, so they cannot rot.
 #[doc = include_str!("../README.md")]

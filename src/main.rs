@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio::sync::watch;
 
-use krabka_authority::kafka::KafkaSettings;
+use krabka_authority::kafka_settings::KafkaSettings;
 use krabka_authority::service::ServiceConfig;
 use krabka_authority::time::parse_duration;
 

@@ -10,9 +10,8 @@ use clap::Args;
 use rand::RngExt;
 use tokio::sync::watch;
 
-use krabka_authority::kafka::{
-    KafkaClient, KafkaSettings, KafkaTransport, TopicSpec, TransportConfig,
-};
+use krabka_authority::kafka::{KafkaClient, KafkaTransport, TopicSpec, TransportConfig};
+use krabka_authority::kafka_settings::KafkaSettings;
 use krabka_authority::leadership::{Event, LeadershipError, Options, acquire};
 use krabka_authority::time::parse_duration;
 use krabka_authority::transport::TransportError;

@@ -13,7 +13,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use krabka_authority::coordination::{RoleState, Verdict, role_partition};
-use krabka_authority::kafka::{KafkaClient, KafkaError, KafkaSettings};
+use krabka_authority::kafka::{KafkaClient, KafkaError};
+use krabka_authority::kafka_settings::KafkaSettings;
 use krabka_authority::service::check::Checker;
 use krabka_authority::service::watch::RoleView;
 use krabka_authority::service::watch::roster::roster as roster_view;

@@ -106,7 +106,7 @@ impl ApiTokens {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::files::tests::SecretMount;
+    use crate::testkit::SecretMount;
 
     #[test]
     fn tokens_come_from_the_file_and_follow_its_changes() {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::builder::RangedU64ValueParser;
 use clap::{Args, FromArgMatches};
 
-use crate::kafka::KafkaSettings;
+use crate::kafka_settings::KafkaSettings;
 use crate::time::duration_between;
 
 const TEN_MS: Duration = Duration::from_millis(10);

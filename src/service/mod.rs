@@ -14,13 +14,16 @@
 pub mod api_tokens;
 pub mod check;
 pub mod config;
-pub mod http;
+pub(crate) mod http;
 pub mod metrics;
+#[cfg(test)]
+mod replaced;
 pub mod server;
 pub mod state;
 pub mod watch;
 
 pub use config::ServiceConfig;
+pub use http::pages::path_segment;
 pub use http::{ROUTES, router};
 pub use server::{ServeError, run, serve};
 pub use state::{AppState, SetupError};

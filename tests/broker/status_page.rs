@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use krabka_authority::coordination::FencingToken;
-use krabka_authority::service::http::status_page::path_segment;
+use krabka_authority::service::path_segment;
 use serde_json::Value;
 
 use krabka_authority::transport::Registrar;

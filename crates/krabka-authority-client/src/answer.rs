@@ -4,9 +4,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use krabka_authority_types::{FencingToken, Problem, Verdict};
+use krabka_authority_types::{CheckAnswer, FencingToken, Problem, Verdict};
 
 /// A verdict with its reason: what the coordinator's current pair was.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -141,73 +141,27 @@ impl fmt::Display for Outcome {
     }
 }
 
-/// A verdict body as the service writes it (`CheckAnswer`, `BatchVerdict`).
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct WireVerdict {
-    pub(crate) role: String,
-    pub(crate) token: String,
-    pub(crate) verdict: Verdict,
-    pub(crate) current: Option<String>,
-    pub(crate) state: Option<String>,
-    pub(crate) checked_at: String,
-    #[serde(default)]
-    pub(crate) cached: bool,
-}
-
-impl WireVerdict {
-    /// Turns the body into a decision on `(role, token)`, refusing one that
-    /// answers another question or breaks the verdict's own rules: such a
-    /// body proves nothing, least of all a yes.
-    pub(crate) fn into_decision(
-        self,
-        role: &str,
-        token: FencingToken,
-        status: u16,
-    ) -> Result<Decision, Undecided> {
-        let bad = |why: String| Err(Undecided::Malformed(why));
-        if self.role != role {
-            return bad(format!("answers role {:?}, not {role:?}", self.role));
-        }
-        match self.token.parse::<FencingToken>() {
-            Ok(t) if t == token => {}
-            _ => return bad(format!("answers token {:?}, not {token}", self.token)),
-        }
-        let current = match self.current.as_deref().map(str::parse::<FencingToken>) {
-            None => None,
-            Some(Ok(c)) if c.minted() => Some(c),
-            Some(_) => return bad(format!("current pair {:?} is not a token", self.current)),
-        };
-        let expected_status = if self.verdict == Verdict::Authoritative {
-            200
-        } else {
-            409
-        };
-        if status != expected_status {
-            return bad(format!("verdict {} came with HTTP {status}", self.verdict));
-        }
-        let consistent = match (self.verdict, current) {
-            (Verdict::Authoritative, Some(c)) => c == token && !self.cached,
-            (Verdict::Superseded, Some(c)) => c.supersedes(&token),
-            (Verdict::Unknown, Some(c)) => token.supersedes(&c) && !self.cached,
-            (Verdict::Vacant, None) => !self.cached,
-            _ => false,
-        };
-        if !consistent {
-            return bad(format!(
-                "verdict {} contradicts current pair {:?} (cached: {})",
-                self.verdict, self.current, self.cached
-            ));
-        }
-        Ok(Decision {
-            role: self.role,
-            token,
-            verdict: self.verdict,
-            current,
-            state: self.state,
-            checked_at: self.checked_at,
-            cached: self.cached,
-            remembered: false,
-        })
+/// Turns a verdict body of the service into a decision on `(role, token)`,
+/// refusing one that answers another question or breaks the types crate's
+/// rules ([`CheckAnswer::contradiction`]): such a body proves nothing,
+/// least of all a yes.
+pub(crate) fn decision_of(
+    answer: CheckAnswer,
+    role: &str,
+    token: FencingToken,
+    status: u16,
+) -> Result<Decision, Undecided> {
+    if let Some(why) = answer.contradiction(role, token, status) {
+        return Err(Undecided::Malformed(why));
     }
+    Ok(Decision {
+        role: answer.role,
+        token,
+        verdict: answer.verdict,
+        current: answer.current,
+        state: answer.state,
+        checked_at: answer.checked_at,
+        cached: answer.cached,
+        remembered: false,
+    })
 }

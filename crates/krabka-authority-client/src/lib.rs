@@ -85,7 +85,7 @@ pub use answer::{Decision, Outcome, Undecided};
 pub use guard::{AuthorityGuard, AuthorityGuardLayer, GuardBody, ROLE_HEADER, TOKEN_HEADER};
 pub use krabka_authority_types::{FencingToken, Problem, TokenError, Verdict};
 
-use krabka_authority_types::validate_role;
+use krabka_authority_types::{CheckAnswer, Refusal, validate_role};
 use memory::{Remembered, SupersededMemory};
 
 /// The default bound of the superseded memory, in weighed bytes.
@@ -437,9 +437,9 @@ impl AuthorityClient {
         };
         match status {
             StatusCode::OK | StatusCode::CONFLICT => {
-                let decided = serde_json::from_slice::<answer::WireVerdict>(&body)
+                let decided = serde_json::from_slice::<CheckAnswer>(&body)
                     .map_err(|e| Undecided::Malformed(format!("HTTP {status}: {e}")))
-                    .and_then(|wire| wire.into_decision(role, token, status.as_u16()));
+                    .and_then(|wire| answer::decision_of(wire, role, token, status.as_u16()));
                 Attempt::Done(match decided {
                     Ok(decision) => Outcome::Decided(decision),
                     Err(undecided) => Outcome::Undecided(undecided),
@@ -715,22 +715,16 @@ fn batch_item(
     let malformed = |why: String| Ok(Outcome::Undecided(Undecided::Malformed(why)));
     match status {
         Some(status @ (200 | 409)) => {
-            let decided = serde_json::from_value::<answer::WireVerdict>(result)
+            let decided = serde_json::from_value::<CheckAnswer>(result)
                 .map_err(|e| Undecided::Malformed(format!("item with status {status}: {e}")))
-                .and_then(|wire| wire.into_decision(role, token, status as u16));
+                .and_then(|wire| answer::decision_of(wire, role, token, status as u16));
             Ok(match decided {
                 Ok(decision) => Outcome::Decided(decision),
                 Err(undecided) => Outcome::Undecided(undecided),
             })
         }
         Some(status @ (400 | 503)) => {
-            #[derive(serde::Deserialize)]
-            struct Item {
-                role: Option<String>,
-                token: Option<String>,
-                problem: Problem,
-            }
-            let item = match serde_json::from_value::<Item>(result) {
+            let item = match serde_json::from_value::<Refusal>(result) {
                 Ok(item) => item,
                 Err(e) => return malformed(format!("item with status {status}: {e}")),
             };

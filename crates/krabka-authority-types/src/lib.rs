@@ -1,6 +1,7 @@
 //! The types both sides of krabka-authority speak: the fencing token, the
-//! verdict of an authority check, the problem body of an error answer and
-//! the rules of a check's inputs.
+//! verdict of an authority check, the problem body of an error answer, the
+//! rules of a check's inputs and the check's wire contract (its answer and
+//! a batch item, [`CheckAnswer`], [`BatchItem`]).
 //!
 //! The service (`krabka-authority`) and its client
 //! (`krabka-authority-client`) both build on this crate, so a token parsed
@@ -21,8 +22,10 @@ mod input;
 mod problem;
 mod token;
 mod verdict;
+mod wire;
 
 pub use input::{MAX_ROLE_BYTES, TOKEN_FORM, parse_token, validate_role};
 pub use problem::{PROBLEM_BASE, PROBLEM_JSON, Problem};
 pub use token::{FencingToken, TokenError, TokenPart};
 pub use verdict::{Verdict, verdict};
+pub use wire::{BatchItem, BatchOutcome, CheckAnswer, Refusal};

@@ -20,6 +20,15 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The HTTP status of a check with this verdict: 200 for
+    /// `authoritative`, 409 for every refusal.
+    pub fn status(&self) -> u16 {
+        match self {
+            Verdict::Authoritative => 200,
+            _ => 409,
+        }
+    }
+
     /// The label used in JSON and metrics.
     pub fn as_str(&self) -> &'static str {
         match self {

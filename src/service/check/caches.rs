@@ -23,7 +23,7 @@ use std::sync::{Arc, RwLock};
 
 use moka::sync::Cache;
 
-use crate::bounded::{BoundedMap, HeapSize, MOKA_ENTRY_BYTES, allocated};
+use crate::bounded::{BoundedMap, MOKA_ENTRY_BYTES, allocated};
 use crate::coordination::FencingToken;
 use crate::sync::{read, write};
 
@@ -31,13 +31,6 @@ use crate::sync::{read, write};
 /// their allocation sizes and moka's entry.
 pub(crate) fn superseded_entry_bytes(role: &str, by: &SupersededBy) -> u64 {
     allocated(role.len()) + allocated(by.state.len()) + MOKA_ENTRY_BYTES
-}
-
-/// A high-water mark holds nothing on the heap.
-impl HeapSize for FencingToken {
-    fn heap_bytes(&self) -> u64 {
-        0
-    }
 }
 
 /// What was learned when a token was found superseded.
@@ -51,15 +44,16 @@ pub struct SupersededBy {
     pub checked_at_ms: i64,
 }
 
-type Cluster = Arc<str>;
+/// The id of the cluster the entries came from.
+pub(super) type ClusterId = Arc<str>;
 
 /// The check path's memory.
 #[derive(Debug)]
 pub struct Caches {
-    superseded: Cache<(Cluster, String, FencingToken), SupersededBy>,
+    superseded: Cache<(ClusterId, String, FencingToken), SupersededBy>,
     /// Of the current cluster only (cleared when it changes).
     high_water: BoundedMap<FencingToken>,
-    cluster: RwLock<Option<Cluster>>,
+    cluster: RwLock<Option<ClusterId>>,
 }
 
 impl Caches {
@@ -70,7 +64,7 @@ impl Caches {
             superseded: Cache::builder()
                 .max_capacity(superseded_bytes)
                 .weigher(
-                    |(_, role, _): &(Cluster, String, FencingToken), by: &SupersededBy| {
+                    |(_, role, _): &(ClusterId, String, FencingToken), by: &SupersededBy| {
                         u32::try_from(superseded_entry_bytes(role, by)).unwrap_or(u32::MAX)
                     },
                 )
@@ -82,7 +76,7 @@ impl Caches {
 
     /// Follows the cluster's id: a new id clears everything. Returns the id
     /// to key entries by, `None` while it is unknown (nothing is cached then).
-    pub fn cluster(&self, id: Option<Arc<str>>) -> Option<Cluster> {
+    pub fn cluster(&self, id: Option<Arc<str>>) -> Option<ClusterId> {
         let id = id?;
         if let Some(known) = read(&self.cluster).as_ref().filter(|known| ***known == *id) {
             return Some(known.clone());
@@ -105,7 +99,7 @@ impl Caches {
     /// The cached verdict of a token found superseded before.
     pub fn superseded(
         &self,
-        cluster: &Cluster,
+        cluster: &ClusterId,
         role: &str,
         token: FencingToken,
     ) -> Option<SupersededBy> {
@@ -116,7 +110,7 @@ impl Caches {
     /// Remembers that `token` of `role` is superseded.
     pub fn remember_superseded(
         &self,
-        cluster: &Cluster,
+        cluster: &ClusterId,
         role: &str,
         token: FencingToken,
         by: SupersededBy,
@@ -126,12 +120,12 @@ impl Caches {
     }
 
     /// The highest pair seen for `role` (in `cluster`, the current one).
-    pub fn high_water(&self, _cluster: &Cluster, role: &str) -> Option<FencingToken> {
+    pub fn high_water(&self, _cluster: &ClusterId, role: &str) -> Option<FencingToken> {
         self.high_water.get(role)
     }
 
     /// Raises the high-water mark of `role` to `pair` (never lowers it).
-    pub fn raise(&self, _cluster: &Cluster, role: &str, pair: FencingToken) {
+    pub fn raise(&self, _cluster: &ClusterId, role: &str, pair: FencingToken) {
         // Most checks see the mark they raised before: a read, no write.
         if self.high_water.get(role).is_some_and(|seen| seen >= pair) {
             return;

@@ -12,7 +12,6 @@ mod caches;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use serde::Serialize;
 use tokio::time::Instant;
 
 pub use caches::{Caches, SupersededBy};
@@ -21,26 +20,9 @@ use crate::cluster::{Cluster, ClusterError, Described};
 use crate::coordination::{FencingToken, Verdict, verdict};
 use crate::time::{Clock, Rfc3339Ms};
 
-/// The answer to one check.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CheckAnswer {
-    /// The role asked about.
-    pub role: String,
-    /// The token asked about.
-    pub token: FencingToken,
-    /// The verdict.
-    pub verdict: Verdict,
-    /// The coordinator's current pair; `null` when nobody holds the role.
-    pub current: Option<FencingToken>,
-    /// The coordinator's transaction state; `null` when nobody holds the role.
-    pub state: Option<String>,
-    /// When the coordinator was asked.
-    pub checked_at: Rfc3339Ms,
-    /// True when a superseded verdict came from the cache (then `current`
-    /// and `checkedAt` are those of the check that found it superseded).
-    pub cached: bool,
-}
+/// The answer to one check, as the wire contract of the types crate has
+/// it, with the service's own instant.
+pub type CheckAnswer = krabka_authority_types::CheckAnswer<Rfc3339Ms>;
 
 /// Checks tokens against the coordinator, with the caches.
 #[derive(Debug)]
@@ -96,7 +78,7 @@ impl Checker {
         self.check_many(&pairs, deadline)
             .await
             .pop()
-            .unwrap_or_else(|| Err(ClusterError::Invalid("no answer".into())))
+            .unwrap_or_else(|| Err(ClusterError::Internal("no answer".into())))
     }
 
     /// Checks many (role, token) pairs in one round: cache hits first, then
@@ -159,13 +141,13 @@ impl Checker {
             let result = described
                 .get(role)
                 .cloned()
-                .unwrap_or_else(|| Err(ClusterError::Invalid(format!("no answer for {role:?}"))))
+                .unwrap_or_else(|| Err(ClusterError::Internal(format!("no answer for {role:?}"))))
                 .map(|d| self.judge(cluster.as_ref(), role, *token, d, checked_at_ms));
             *answer = Some(result);
         }
         answers
             .into_iter()
-            .map(|a| a.unwrap_or_else(|| Err(ClusterError::Invalid("unanswered".into()))))
+            .map(|a| a.unwrap_or_else(|| Err(ClusterError::Internal("unanswered".into()))))
             .collect()
     }
 

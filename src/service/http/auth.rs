@@ -16,7 +16,7 @@ use crate::service::state::AppState;
 
 /// Who may call a group of routes when API tokens are configured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
+pub(crate) enum Access {
     /// The API and the status page: always a token.
     Api,
     /// `/healthz`: a token with `--protect-healthz`.
@@ -32,7 +32,7 @@ pub enum Access {
 
 impl Access {
     /// True when a request to this group needs a token under `settings`.
-    pub fn needs_token(self, settings: &AuthSettings) -> bool {
+    pub(crate) fn needs_token(self, settings: &AuthSettings) -> bool {
         match self {
             Access::Api => true,
             Access::Healthz => settings.protect_healthz,
@@ -44,7 +44,7 @@ impl Access {
 }
 
 /// True when tokens are configured and `request` carries none accepted.
-pub fn refused(state: &AppState, request: &Request) -> bool {
+pub(crate) fn refused(state: &AppState, request: &Request) -> bool {
     let Some(tokens) = &state.api_tokens else {
         return false;
     };
@@ -62,7 +62,7 @@ pub fn refused(state: &AppState, request: &Request) -> bool {
 /// The middleware of one group of routes: a request needs an accepted
 /// token when the group does. It runs before routing by method, so a
 /// refused request learns nothing (no `Allow` header either).
-pub async fn require_token(
+pub(crate) async fn require_token(
     State((state, access)): State<(Arc<AppState>, Access)>,
     request: Request,
     next: Next,

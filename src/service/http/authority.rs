@@ -14,17 +14,17 @@ use tokio::time::Instant;
 use super::extract::{Arrived, JsonBody, Role, Token, parse_token, validate_role};
 use super::problem::ApiError;
 use crate::cluster::ClusterError;
-use crate::coordination::{FencingToken, Verdict};
+use krabka_authority_types::{BatchItem, BatchOutcome, Refusal};
+
+use crate::coordination::FencingToken;
 use crate::service::check::CheckAnswer;
 use crate::service::state::AppState;
 use crate::time::Rfc3339Ms;
 
-/// 200 for authoritative, 409 for every other verdict.
-pub fn status_of(answer: &CheckAnswer) -> StatusCode {
-    match answer.verdict {
-        Verdict::Authoritative => StatusCode::OK,
-        _ => StatusCode::CONFLICT,
-    }
+/// 200 for authoritative, 409 for every other verdict (the types crate's
+/// rule).
+pub(crate) fn status_of(answer: &CheckAnswer) -> StatusCode {
+    StatusCode::from_u16(answer.verdict.status()).unwrap_or(StatusCode::CONFLICT)
 }
 
 fn no_store(mut response: Response) -> Response {
@@ -63,7 +63,7 @@ fn count(state: &AppState, answer: &Result<CheckAnswer, ApiError>, started: Inst
 }
 
 /// `GET /roles/{role}/authority?token=ID:EPOCH`.
-pub async fn get_authority(
+pub(crate) async fn get_authority(
     State(state): State<Arc<AppState>>,
     role: Result<Role, ApiError>,
     token: Result<Token, ApiError>,
@@ -88,7 +88,7 @@ pub async fn get_authority(
 /// item's own 400; a value of the wrong type, or an item that is not an
 /// object, fails the whole request.
 #[derive(Debug)]
-pub struct CheckItem {
+pub(crate) struct CheckItem {
     role: Option<String>,
     token: Option<String>,
 }
@@ -109,68 +109,30 @@ impl<'de> Deserialize<'de> for CheckItem {
     }
 }
 
-/// One answer of a batch check: a verdict, or the problem of that item.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BatchAnswer {
-    /// 200, 409, 400 or 503: what a single check would have answered.
-    pub status: u16,
-    /// The role as given.
-    pub role: Option<String>,
-    /// The token as given.
-    pub token: Option<String>,
-    /// The verdict, when there is one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub verdict: Option<Verdict>,
-    /// The current pair, when a verdict was reached.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub current: Option<Option<FencingToken>>,
-    /// The transaction state, when a verdict was reached.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub state: Option<Option<String>>,
-    /// When the coordinator was asked.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub checked_at: Option<Rfc3339Ms>,
-    /// Whether the verdict came from the superseded cache.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cached: Option<bool>,
-    /// What was wrong, for 400 and 503.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub problem: Option<super::problem::Problem>,
-}
+/// One answer of a batch check: a verdict, or the problem of that item, as
+/// the wire contract of the types crate has it.
+pub(crate) type BatchAnswer = BatchItem<Rfc3339Ms>;
 
-impl BatchAnswer {
-    fn of(item: CheckItem, answer: Result<CheckAnswer, ApiError>) -> BatchAnswer {
-        match answer {
-            Ok(a) => BatchAnswer {
-                status: status_of(&a).as_u16(),
-                role: Some(a.role),
-                token: Some(a.token.to_string()),
-                verdict: Some(a.verdict),
-                current: Some(a.current),
-                state: Some(a.state),
-                checked_at: Some(a.checked_at),
-                cached: Some(a.cached),
-                problem: None,
-            },
-            Err(problem) => BatchAnswer {
-                status: problem.status().as_u16(),
+fn batch_answer(item: CheckItem, answer: Result<CheckAnswer, ApiError>) -> BatchAnswer {
+    match answer {
+        Ok(a) => BatchItem {
+            status: a.verdict.status(),
+            outcome: BatchOutcome::Verdict(a),
+        },
+        Err(problem) => BatchItem {
+            status: problem.status().as_u16(),
+            outcome: BatchOutcome::Refused(Refusal {
                 role: item.role,
                 token: item.token,
-                verdict: None,
-                current: None,
-                state: None,
-                checked_at: None,
-                cached: None,
-                problem: Some(problem.problem()),
-            },
-        }
+                problem: problem.problem(),
+            }),
+        },
     }
 }
 
 /// The body of a batch answer.
 #[derive(Debug, Serialize)]
-pub struct BatchResponse {
+pub(crate) struct BatchResponse {
     /// One answer per item, in order.
     pub results: Vec<BatchAnswer>,
 }
@@ -191,7 +153,7 @@ fn parse_item(item: &CheckItem) -> Result<(String, FencingToken), ApiError> {
 /// `POST /authority/check`: a JSON list of `{role, token}`, answered in one
 /// round (the checks of one coordinator share requests), each item with its
 /// own verdict.
-pub async fn post_check(
+pub(crate) async fn post_check(
     State(state): State<Arc<AppState>>,
     Arrived(started): Arrived,
     request: Request,
@@ -226,11 +188,11 @@ pub async fn post_check(
             let answer = parsed.and_then(|(role, _)| {
                 checked
                     .next()
-                    .unwrap_or_else(|| Err(ClusterError::Invalid("unanswered".into())))
+                    .unwrap_or_else(|| Err(ClusterError::Internal("unanswered".into())))
                     .map_err(|e| not_asked(&role, e))
             });
             count(&state, &answer, started);
-            BatchAnswer::of(item, answer)
+            batch_answer(item, answer)
         })
         .collect();
     Ok(no_store(Json(BatchResponse { results }).into_response()))

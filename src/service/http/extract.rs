@@ -5,7 +5,7 @@ use axum::extract::{FromRequestParts, Path, Query};
 use axum::http::request::Parts;
 use serde::Deserialize;
 
-pub use krabka_authority_types::{parse_token, validate_role};
+pub(crate) use krabka_authority_types::{parse_token, validate_role};
 
 use super::problem::ApiError;
 use crate::coordination::FencingToken;
@@ -13,11 +13,11 @@ use crate::coordination::FencingToken;
 /// A role name: a Kafka transactional id, 1 to 32767 bytes
 /// ([`validate_role`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Role(pub String);
+pub(crate) struct Role(pub String);
 
 /// A fencing token from `?token=<producer id>:<producer epoch>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Token(pub FencingToken);
+pub(crate) struct Token(pub FencingToken);
 
 impl<S: Send + Sync> FromRequestParts<S> for Role {
     type Rejection = ApiError;
@@ -57,7 +57,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Token {
 /// body limit (declared or read), 408 when it arrives too slowly, 400 when
 /// it is not the JSON expected.
 #[derive(Debug)]
-pub struct JsonBody<T>(pub T);
+pub(crate) struct JsonBody<T>(pub T);
 
 /// True for `application/json` and `application/<anything>+json`, with or
 /// without parameters.
@@ -84,7 +84,7 @@ fn is_json(headers: &axum::http::HeaderMap) -> bool {
 /// the router's outermost layer; a request without it (a handler called
 /// alone) counts from when it is asked.
 #[derive(Clone, Copy, Debug)]
-pub struct Arrived(pub tokio::time::Instant);
+pub(crate) struct Arrived(pub tokio::time::Instant);
 
 impl<S: Send + Sync> FromRequestParts<S> for Arrived {
     type Rejection = std::convert::Infallible;

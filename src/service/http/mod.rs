@@ -2,16 +2,14 @@
 //! around them, and one module per group of handlers. Built by a function
 //! so tests call it without a socket.
 
-pub mod auth;
-pub mod authority;
-pub mod extract;
-pub mod names;
-pub mod ops;
-pub mod problem;
-pub mod role_page;
-pub mod status_page;
-pub mod stream;
-pub mod views;
+pub(crate) mod auth;
+pub(crate) mod authority;
+pub(crate) mod extract;
+pub(crate) mod ops;
+pub(crate) mod pages;
+pub(crate) mod problem;
+pub(crate) mod stream;
+pub(crate) mod views;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -69,8 +67,8 @@ routes! {
         POST "/authority/check" => authority::post_check,
         GET "/roles" => views::list_roles,
         GET "/roles/{role}" => views::get_role,
-        GET "/roles/{role}/page" => role_page::page,
-        GET "/" => status_page::page,
+        GET "/roles/{role}/page" => pages::role::page,
+        GET "/" => pages::status::page,
     }
     streams (Api, bounded: false) {
         GET "/roles/{role}/events" => stream::role_events,

@@ -12,10 +12,10 @@ use crate::service::state::AppState;
 use crate::service::watch::TopicSearch;
 
 /// The OpenAPI document, served as written.
-pub const OPENAPI_YAML: &str = include_str!("../../../openapi/openapi.yaml");
+pub(crate) const OPENAPI_YAML: &str = include_str!("../../../openapi/openapi.yaml");
 
 /// `GET /healthz`: the process is up.
-pub async fn healthz() -> Response {
+pub(crate) async fn healthz() -> Response {
     Json(json!({ "status": "ok" })).into_response()
 }
 
@@ -24,7 +24,7 @@ pub async fn healthz() -> Response {
 /// checks work). With API tokens configured, a caller without one learns
 /// only that the service is (not) ready, not why (the reason names brokers
 /// and partitions).
-pub async fn readyz(
+pub(crate) async fn readyz(
     State(state): State<Arc<AppState>>,
     request: axum::extract::Request,
 ) -> Response {
@@ -64,7 +64,7 @@ pub async fn readyz(
 }
 
 /// `GET /metrics`: Prometheus text exposition.
-pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     state.update_gauges();
     let mut response = state.metrics.render().into_response();
     response.headers_mut().insert(
@@ -75,7 +75,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 }
 
 /// `GET /openapi.yaml`.
-pub async fn openapi() -> Response {
+pub(crate) async fn openapi() -> Response {
     let mut response = OPENAPI_YAML.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -266,6 +266,108 @@ mod tests {
             checked,
             documented_operations(&doc).len(),
             "not every operation was checked"
+        );
+    }
+
+    /// The names of a schema's properties and of its required ones.
+    fn fields(doc: &Yaml, schema: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+        let schema = &doc["components"]["schemas"][schema];
+        let properties = schema["properties"]
+            .as_hash()
+            .unwrap_or_else(|| panic!("{schema:?} has properties"))
+            .keys()
+            .map(text)
+            .collect();
+        let required = schema["required"]
+            .as_vec()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect();
+        (properties, required)
+    }
+
+    /// The keys `value` serializes to.
+    fn keys(value: &impl serde::Serialize) -> BTreeSet<String> {
+        serde_json::to_value(value)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// The check's wire types (the types crate's, which the service writes
+    /// and the client reads) and `openapi.yaml` name the same fields, the
+    /// same required ones, the same verdicts and the same statuses.
+    #[test]
+    fn the_wire_types_are_what_the_contract_documents() {
+        use krabka_authority_types::{
+            BatchItem, BatchOutcome, CheckAnswer, FencingToken, Problem, Refusal, Verdict,
+        };
+        let doc = document();
+        let token: FencingToken = "4:2".parse().unwrap();
+        let answer = CheckAnswer {
+            role: "orders".into(),
+            token,
+            verdict: Verdict::Superseded,
+            current: Some("4:3".parse().unwrap()),
+            state: Some("Ongoing".into()),
+            checked_at: "2026-12-02T00:00:00.000Z".to_owned(),
+            cached: true,
+        };
+        let (properties, required) = fields(&doc, "CheckAnswer");
+        assert_eq!(keys(&answer), properties, "CheckAnswer's fields");
+        assert_eq!(
+            keys(&answer),
+            required,
+            "CheckAnswer: every field is always there"
+        );
+
+        let verdict = BatchItem {
+            status: 409,
+            outcome: BatchOutcome::Verdict(answer),
+        };
+        let (properties, required) = fields(&doc, "BatchVerdict");
+        assert_eq!(keys(&verdict), properties, "BatchVerdict's fields");
+        assert_eq!(keys(&verdict), required, "BatchVerdict's required fields");
+        let refused = BatchItem::<String> {
+            status: 400,
+            outcome: BatchOutcome::Refused(Refusal {
+                role: None,
+                token: None,
+                problem: Problem::invalid("role", "the item has no role"),
+            }),
+        };
+        let (properties, required) = fields(&doc, "BatchProblem");
+        assert_eq!(keys(&refused), properties, "BatchProblem's fields");
+        assert_eq!(keys(&refused), required, "BatchProblem's required fields");
+
+        let values = |schema: &str, field: Option<&str>| -> BTreeSet<String> {
+            let schema = &doc["components"]["schemas"][schema];
+            let schema = field.map_or(schema, |f| &schema["properties"][f]);
+            schema["enum"]
+                .as_vec()
+                .unwrap_or_else(|| panic!("{schema:?} has an enum"))
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map_or_else(|| v.as_i64().unwrap().to_string(), str::to_owned)
+                })
+                .collect()
+        };
+        let verdicts: BTreeSet<String> =
+            Verdict::ALL.iter().map(|v| v.as_str().to_owned()).collect();
+        assert_eq!(values("Verdict", None), verdicts, "the verdicts");
+        let statuses: BTreeSet<String> = Verdict::ALL
+            .iter()
+            .map(|v| v.status().to_string())
+            .collect();
+        assert_eq!(
+            values("BatchVerdict", Some("status")),
+            statuses,
+            "a verdict's statuses"
         );
     }
 }

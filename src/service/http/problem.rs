@@ -11,14 +11,14 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-pub use krabka_authority_types::{PROBLEM_JSON, Problem};
+pub(crate) use krabka_authority_types::{PROBLEM_JSON, Problem};
 
 use crate::cluster::ClusterError;
 use crate::service::watch::NotReady;
 
 /// Why a request was not answered with what it asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// 400: bad input in `field` (`role`, `token`, `body`, `Host`, ...).
     Invalid {
         /// The request field at fault.
@@ -60,7 +60,7 @@ pub enum ApiError {
 
 impl ApiError {
     /// 400: bad input in `field`.
-    pub fn invalid(field: &str, detail: impl Into<String>) -> ApiError {
+    pub(crate) fn invalid(field: &str, detail: impl Into<String>) -> ApiError {
         ApiError::Invalid {
             field: field.to_owned(),
             detail: detail.into(),
@@ -68,7 +68,7 @@ impl ApiError {
     }
 
     /// The problem body of this cause.
-    pub fn problem(&self) -> Problem {
+    pub(crate) fn problem(&self) -> Problem {
         let (kind, title, status, detail) = match self {
             ApiError::Invalid { field, detail } => {
                 return Problem::invalid(field, detail.clone());
@@ -134,7 +134,7 @@ impl ApiError {
     }
 
     /// The HTTP status.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         StatusCode::from_u16(self.problem().status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 }
@@ -166,6 +166,12 @@ impl From<ClusterError> for ApiError {
             ClusterError::Denied(why) => ApiError::KafkaDenied(why),
             ClusterError::Invalid(why) => ApiError::KafkaRefused(why),
             ClusterError::NoTopic(why) => ApiError::TopicUnavailable(why),
+            // Not Kafka's doing: a 500 of its own, never a 503 that blames
+            // Kafka; the reason goes to the logs, not to the caller.
+            ClusterError::Internal(why) => {
+                tracing::error!(error = %why, "internal error of the check path");
+                ApiError::Internal
+            }
         }
     }
 }
@@ -258,6 +264,16 @@ pub(crate) mod tests {
             of(ClusterError::NoTopic("no such topic".into())).short_kind(),
             Some("topic-unavailable")
         );
+        // A bug of the check path is a 500 of its own, not Kafka's refusal,
+        // and its reason stays in the logs.
+        let internal = of(ClusterError::Internal(
+            "the describe batch was dropped".into(),
+        ));
+        assert_eq!(
+            (internal.status, internal.short_kind()),
+            (500, Some("internal"))
+        );
+        assert!(!internal.detail.contains("dropped"), "{}", internal.detail);
         let behind = ApiError::from(NotReady::CatchingUp {
             partition: 3,
             why: None,

@@ -152,7 +152,7 @@ fn feed(
 }
 
 /// `GET /roles/{role}/events`.
-pub async fn role_events(
+pub(crate) async fn role_events(
     State(state): State<Arc<AppState>>,
     Role(role): Role,
     headers: HeaderMap,

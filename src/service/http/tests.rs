@@ -559,19 +559,19 @@ async fn a_view_whose_leader_no_other_broker_confirms_grows_old_and_readyz_names
     let member = rig.cluster.transport();
     member.register("orders", "node-1", 1).await.unwrap();
     let partition = crate::coordination::role_partition("orders", 4).unwrap();
-    let view = || async {
-        loop {
+    let view = || {
+        eventually(FIVE_S, "the view of orders", async || {
             let (status, headers, body) = call(&rig.app, get("/roles/orders")).await;
-            if status == StatusCode::OK {
-                let header: u64 = headers["x-krabka-view-age-ms"]
-                    .to_str()
-                    .unwrap()
-                    .parse()
-                    .unwrap();
-                return (body["view"]["ageMs"].as_u64().unwrap(), header);
+            if status != StatusCode::OK {
+                return None;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            let header: u64 = headers["x-krabka-view-age-ms"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            Some((body["view"]["ageMs"].as_u64().unwrap(), header))
+        })
     };
     let (age, _) = view().await;
     rig.state.probe().await;

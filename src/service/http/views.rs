@@ -18,7 +18,7 @@ use crate::service::watch::{NotReady, TopicSearch};
 
 /// The body of `GET /roles`.
 #[derive(Debug, Serialize)]
-pub struct RolesList<'a> {
+pub(crate) struct RolesList<'a> {
     /// Every role with records, by name.
     pub roles: Vec<RoleSummary<'a>>,
 }
@@ -30,7 +30,7 @@ pub(super) fn view_headers(headers: &mut HeaderMap, offset: i64, age_ms: u64) {
 }
 
 /// `GET /roles/{role}`.
-pub async fn get_role(
+pub(crate) async fn get_role(
     State(state): State<Arc<AppState>>,
     Role(role): Role,
 ) -> Result<Response, ApiError> {
@@ -44,7 +44,7 @@ pub async fn get_role(
 }
 
 /// `GET /roles`.
-pub async fn list_roles(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
+pub(crate) async fn list_roles(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
     let views = state.watcher.all().map_err(not_ready)?;
     let now = state.clock.now_ms();
     let oldest = views.iter().map(|v| v.age).max().unwrap_or_default();

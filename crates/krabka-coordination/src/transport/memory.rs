@@ -1,0 +1,614 @@
+//! An in-memory cluster with Kafka's fencing semantics, for unit tests of
+//! the rules and of the service. It never replaces the broker tests of the
+//! same behaviour.
+//!
+//! Each [`MemoryTransport`] is one member's producer: it can write only under
+//! a token it minted, and only while that token is the coordinator's current
+//! one, as a broker would check. The cluster itself is the service's
+//! [`Cluster`]: it describes roles and tails its one topic.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::{
+    Coordinator, LeaseWriter, Registrar, StateReader, Transport, TransportError, TransportResult,
+};
+use crate::cluster::{Cluster, ClusterError, Described, Floor, Tailed};
+use crate::sync::lock;
+use crate::{
+    FencingToken, Key, Lease, LogRecord, Registration, decode_key, encode_key, encode_lease,
+    encode_registration, role_partition,
+};
+
+/// Epochs at or above this are exhausted; the next mint rotates the producer
+/// id (Kafka's `isEpochExhausted`).
+const EXHAUSTED_EPOCH: i16 = 32766;
+
+#[derive(Debug, Default)]
+struct ClusterState {
+    partitions: i32,
+    /// False on a fresh cluster until the topic is created: by the service
+    /// ([`Cluster::create_topic`]) or by a member's first write, as a
+    /// candidate connecting with a topic spec would.
+    topic_exists: bool,
+    logs: HashMap<i32, Vec<LogRecord>>,
+    current: HashMap<String, FencingToken>,
+    /// The coordinator's transaction state per role.
+    txn_states: HashMap<String, &'static str>,
+    /// Roles whose coordinator answers an old pair (a paused broker).
+    stale: HashMap<String, Option<FencingToken>>,
+    /// Partitions whose leader no other broker confirms (a deposed leader
+    /// that does not know): their reads say nothing of freshness.
+    unconfirmed: std::collections::HashSet<i32>,
+    next_producer_id: i64,
+    unavailable: Option<String>,
+    /// Calls hang and the cluster reports this reason (an unreachable
+    /// bootstrap address).
+    unreachable: Option<String>,
+    max_transaction_timeout: Duration,
+    cluster_id: String,
+    /// The service lost every connection: calls fail and no cluster id is
+    /// known until contact is back.
+    no_contact: bool,
+}
+
+/// A shared simulated cluster.
+#[derive(Clone, Debug)]
+pub struct MemoryCluster {
+    state: Arc<Mutex<ClusterState>>,
+    /// Bumped at every append, to wake tailers.
+    appended: watch::Sender<u64>,
+}
+
+impl MemoryCluster {
+    /// A cluster whose coordination topic has `partitions` partitions.
+    pub fn new(partitions: i32) -> MemoryCluster {
+        MemoryCluster {
+            state: Arc::new(Mutex::new(ClusterState {
+                partitions,
+                topic_exists: true,
+                next_producer_id: 1000,
+                max_transaction_timeout: Duration::from_secs(900),
+                cluster_id: "memory-cluster".into(),
+                ..ClusterState::default()
+            })),
+            appended: watch::Sender::new(0),
+        }
+    }
+
+    /// A fresh cluster: no coordination topic until the service creates it
+    /// or a member writes (then with `partitions` partitions).
+    pub fn without_topic(partitions: i32) -> MemoryCluster {
+        let cluster = MemoryCluster::new(partitions);
+        cluster.lock().topic_exists = false;
+        cluster
+    }
+
+    /// Whether the coordination topic exists.
+    pub fn topic_exists(&self) -> bool {
+        self.lock().topic_exists
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ClusterState> {
+        lock(&self.state)
+    }
+
+    /// A new member's producer on this cluster.
+    pub fn transport(&self) -> MemoryTransport {
+        MemoryTransport {
+            cluster: self.clone(),
+            minted: Arc::default(),
+        }
+    }
+
+    /// Fences the current holder of `role` as a transaction timeout would:
+    /// the epoch moves without any member asking.
+    pub fn fence(&self, role: &str) -> Option<FencingToken> {
+        let mut state = self.lock();
+        let current = state.current.get(role).copied();
+        let next = current.map(|t| bump(t, &mut state.next_producer_id));
+        if let Some(token) = next {
+            state.current.insert(role.to_owned(), token);
+        }
+        next
+    }
+
+    /// Makes every call fail with `reason` until set back to `None`.
+    pub fn set_unavailable(&self, reason: Option<&str>) {
+        self.lock().unavailable = reason.map(str::to_owned);
+    }
+
+    /// Makes `partitions` hang and [`Cluster::unreachable`] say `reason`
+    /// until set back to `None`, as a client retrying an unreachable
+    /// bootstrap address does.
+    pub fn set_unreachable(&self, reason: Option<&str>) {
+        self.lock().unreachable = reason.map(str::to_owned);
+    }
+
+    /// Sets the cluster's `transaction.max.timeout.ms`.
+    pub fn set_max_transaction_timeout(&self, max: Duration) {
+        self.lock().max_transaction_timeout = max;
+    }
+
+    /// Every record of a partition, in offset order.
+    pub fn log(&self, partition: i32) -> Vec<LogRecord> {
+        self.lock()
+            .logs
+            .get(&partition)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The coordinator's current token of `role`.
+    pub fn current(&self, role: &str) -> Option<FencingToken> {
+        self.lock().current.get(role).copied()
+    }
+
+    /// Makes the coordinator of `role` answer `pair` (`None`: no holder)
+    /// whatever was minted since, as a broker that paused and came back
+    /// does until it catches up; `clear_stale` ends it.
+    pub fn answer_stale(&self, role: &str, pair: Option<FencingToken>) {
+        self.lock().stale.insert(role.to_owned(), pair);
+    }
+
+    /// The coordinator of `role` answers the truth again.
+    pub fn clear_stale(&self, role: &str) {
+        self.lock().stale.remove(role);
+    }
+
+    /// Makes reads of `partition` come from a leader no other broker
+    /// confirms (`true`), as a deposed leader cut off from the controller
+    /// answers, or confirmed again (`false`).
+    pub fn set_leader_unconfirmed(&self, partition: i32, unconfirmed: bool) {
+        let mut state = self.lock();
+        if unconfirmed {
+            state.unconfirmed.insert(partition);
+        } else {
+            state.unconfirmed.remove(&partition);
+        }
+    }
+
+    /// Cuts (`false`) or restores the contact with every broker, as when a
+    /// client's connections all died: every call fails and
+    /// [`Cluster::cluster_id`] is `None` until contact is back (with the id
+    /// set then: the cluster may have been replaced meanwhile).
+    pub fn set_contact(&self, contact: bool) {
+        self.lock().no_contact = !contact;
+    }
+
+    /// Replaces the cluster's id (a rebuilt cluster behind the same address).
+    pub fn set_cluster_id(&self, id: &str) {
+        self.lock().cluster_id = id.to_owned();
+    }
+
+    /// Appends a raw record to `partition` (malformed data, for tests).
+    pub fn append_raw(&self, partition: i32, key: Bytes, value: Option<Bytes>) -> i64 {
+        let offset = {
+            let mut state = self.lock();
+            let log = state.logs.entry(partition).or_default();
+            let offset = log.len() as i64;
+            log.push(LogRecord { offset, key, value });
+            offset
+        };
+        self.appended.send_modify(|n| *n += 1);
+        offset
+    }
+
+    fn describe_now(&self, role: &str) -> Result<Described, ClusterError> {
+        let state = self.lock();
+        if let Some(reason) = state.failure() {
+            return Err(ClusterError::Unavailable(reason));
+        }
+        let current = match state.stale.get(role) {
+            Some(stale) => *stale,
+            None => state.current.get(role).copied(),
+        };
+        Ok(Described {
+            current,
+            state: current.map(|_| {
+                state
+                    .txn_states
+                    .get(role)
+                    .copied()
+                    .unwrap_or("Empty")
+                    .to_owned()
+            }),
+        })
+    }
+}
+
+/// How often a describe below its floor is asked again.
+const STALE_RETRY: Duration = Duration::from_millis(10);
+
+impl Cluster for MemoryCluster {
+    fn describe<'a>(
+        &'a self,
+        roles: &'a [String],
+        floor: Floor<'a>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, HashMap<String, Result<Described, ClusterError>>> {
+        async move {
+            let mut out = HashMap::with_capacity(roles.len());
+            for role in roles {
+                let answer = loop {
+                    let answer = self.describe_now(role);
+                    let stale = matches!(
+                        (&answer, floor(role)),
+                        (Ok(Described { current: Some(c), .. }), Some(f)) if *c < f
+                    );
+                    if !stale {
+                        break answer;
+                    }
+                    if Instant::now() + STALE_RETRY >= deadline {
+                        break Err(ClusterError::Unavailable(format!(
+                            "the coordinator of {role:?} keeps answering a pair below one already seen"
+                        )));
+                    }
+                    tokio::time::sleep(STALE_RETRY).await;
+                };
+                out.insert(role.clone(), answer);
+            }
+            out
+        }
+        .boxed()
+    }
+
+    fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<i32, ClusterError>> {
+        async move {
+            while self.lock().unreachable.is_some() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let state = self.lock();
+            match state.failure() {
+                Some(reason) => Err(ClusterError::Unavailable(reason)),
+                None if !state.topic_exists => Err(ClusterError::NoTopic(format!(
+                    "topic {topic}: does not exist"
+                ))),
+                None => Ok(state.partitions),
+            }
+        }
+        .boxed()
+    }
+
+    fn create_topic<'a>(
+        &'a self,
+        _topic: &'a str,
+        partitions: i32,
+        _replication_factor: i16,
+    ) -> BoxFuture<'a, Result<i32, ClusterError>> {
+        async move {
+            let mut state = self.lock();
+            if let Some(reason) = state.failure() {
+                return Err(ClusterError::Unavailable(reason));
+            }
+            if !state.topic_exists {
+                state.topic_exists = true;
+                state.partitions = partitions;
+            }
+            Ok(state.partitions)
+        }
+        .boxed()
+    }
+
+    fn check_compacted<'a>(&'a self, _topic: &'a str) -> BoxFuture<'a, Result<(), ClusterError>> {
+        async { Ok(()) }.boxed()
+    }
+
+    fn tail(&self, _topic: &str, from: Vec<i64>, long_poll: Duration) -> mpsc::Receiver<Tailed> {
+        let (tx, rx) = mpsc::channel(64);
+        let cluster = self.clone();
+        let mut appended = self.appended.subscribe();
+        tokio::spawn(async move {
+            let mut next = from;
+            loop {
+                for (p, offset) in next.iter_mut().enumerate() {
+                    let partition = p as i32;
+                    let update = {
+                        let state = cluster.lock();
+                        match state.failure() {
+                            Some(reason) => Tailed::Failed {
+                                partition,
+                                error: ClusterError::Unavailable(reason),
+                            },
+                            None => {
+                                let log = state.logs.get(&partition).map_or(&[][..], |l| &l[..]);
+                                let records: Vec<LogRecord> = log
+                                    .iter()
+                                    .filter(|r| r.offset >= *offset)
+                                    .cloned()
+                                    .collect();
+                                *offset = (*offset).max(log.len() as i64);
+                                Tailed::Read {
+                                    partition,
+                                    records,
+                                    next_offset: *offset,
+                                    last_stable_offset: log.len() as i64,
+                                    complete_as_of: (!state.unconfirmed.contains(&partition))
+                                        .then(Instant::now),
+                                }
+                            }
+                        }
+                    };
+                    if tx.send(update).await.is_err() {
+                        return;
+                    }
+                }
+                tokio::select! {
+                    _ = appended.changed() => {}
+                    () = tokio::time::sleep(long_poll) => {}
+                    () = tx.closed() => return,
+                }
+            }
+        });
+        rx
+    }
+
+    fn unreachable(&self) -> Option<String> {
+        self.lock().unreachable.clone()
+    }
+
+    fn cluster_id(&self) -> Option<Arc<str>> {
+        let state = self.lock();
+        (!state.no_contact).then(|| state.cluster_id.as_str().into())
+    }
+}
+
+fn bump(token: FencingToken, next_producer_id: &mut i64) -> FencingToken {
+    if token.producer_epoch() >= EXHAUSTED_EPOCH {
+        let id = *next_producer_id;
+        *next_producer_id += 1;
+        FencingToken::new(id, 0).unwrap_or(token)
+    } else {
+        FencingToken::new(token.producer_id(), token.producer_epoch() + 1).unwrap_or(token)
+    }
+}
+
+impl ClusterState {
+    /// Why every call fails now, if it does.
+    fn failure(&self) -> Option<String> {
+        match &self.unavailable {
+            Some(reason) => Some(reason.clone()),
+            None if self.no_contact => Some("cannot reach any broker".into()),
+            None => None,
+        }
+    }
+
+    fn check(&self) -> TransportResult<()> {
+        match self.failure() {
+            Some(reason) => Err(TransportError::Unavailable(reason)),
+            None => Ok(()),
+        }
+    }
+
+    fn append(&mut self, role: &str, key: &Key, value: Option<Vec<u8>>) -> TransportResult<i64> {
+        if key.kind == crate::KeyKind::Lease {
+            self.txn_states.insert(role.to_owned(), "CompleteCommit");
+        }
+        self.topic_exists = true;
+        let partition = role_partition(role, self.partitions)?;
+        let log = self.logs.entry(partition).or_default();
+        let offset = log.len() as i64;
+        log.push(LogRecord {
+            offset,
+            key: Bytes::from(encode_key(key)?),
+            value: value.map(Bytes::from),
+        });
+        Ok(offset)
+    }
+}
+
+/// One member's producer on a [`MemoryCluster`].
+#[derive(Clone, Debug)]
+pub struct MemoryTransport {
+    cluster: MemoryCluster,
+    minted: Arc<Mutex<HashMap<String, FencingToken>>>,
+}
+
+impl MemoryTransport {
+    fn guarded_write(
+        &self,
+        role: &str,
+        token: FencingToken,
+        value: Option<Vec<u8>>,
+    ) -> TransportResult<i64> {
+        let minted = lock(&self.minted).get(role).copied();
+        if minted != Some(token) {
+            return Err(TransportError::NotMinted {
+                role: role.to_owned(),
+                token,
+            });
+        }
+        let mut state = self.cluster.lock();
+        state.check()?;
+        if state.current.get(role) != Some(&token) {
+            return Err(TransportError::Fenced {
+                role: role.to_owned(),
+                token,
+                reason: "PRODUCER_FENCED (code 90)".into(),
+            });
+        }
+        let offset = state.append(role, &Key::lease(role), value);
+        drop(state);
+        self.cluster.appended.send_modify(|n| *n += 1);
+        offset
+    }
+}
+
+impl Coordinator for MemoryTransport {
+    async fn acquire_epoch(
+        &self,
+        role: &str,
+        lease_duration: Duration,
+    ) -> TransportResult<FencingToken> {
+        let mut state = self.cluster.lock();
+        state.check()?;
+        if lease_duration.is_zero() || lease_duration > state.max_transaction_timeout {
+            return Err(TransportError::Unavailable(format!(
+                "INVALID_TRANSACTION_TIMEOUT (code 50): {lease_duration:?}"
+            )));
+        }
+        let token = match state.current.get(role).copied() {
+            Some(current) => bump(current, &mut state.next_producer_id),
+            None => {
+                let id = state.next_producer_id;
+                state.next_producer_id += 1;
+                FencingToken::new(id, 0).map_err(|e| TransportError::Unavailable(e.to_string()))?
+            }
+        };
+        state.current.insert(role.to_owned(), token);
+        state.txn_states.insert(role.to_owned(), "Empty");
+        drop(state);
+        lock(&self.minted).insert(role.to_owned(), token);
+        Ok(token)
+    }
+
+    async fn describe(&self, role: &str) -> TransportResult<Option<FencingToken>> {
+        let state = self.cluster.lock();
+        state.check()?;
+        Ok(state.current.get(role).copied())
+    }
+
+    async fn max_transaction_timeout(&self) -> TransportResult<Option<Duration>> {
+        Ok(Some(self.cluster.lock().max_transaction_timeout))
+    }
+}
+
+impl StateReader for MemoryTransport {
+    fn partitions(&self) -> i32 {
+        self.cluster.lock().partitions
+    }
+
+    async fn read_role_records(&self, role: &str) -> TransportResult<Vec<LogRecord>> {
+        let state = self.cluster.lock();
+        state.check()?;
+        let partition = role_partition(role, state.partitions)?;
+        Ok(state
+            .logs
+            .get(&partition)
+            .map(|log| {
+                log.iter()
+                    .filter(|r| decode_key(&r.key).map_or(true, |k| k.role == role))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+}
+
+impl Registrar for MemoryTransport {
+    async fn register(
+        &self,
+        role: &str,
+        member: &str,
+        registered_at_ms: i64,
+    ) -> TransportResult<i64> {
+        let value = encode_registration(&Registration {
+            member: member.to_owned(),
+            registered_at: registered_at_ms,
+        })?;
+        let offset = {
+            let mut state = self.cluster.lock();
+            state.check()?;
+            state.append(role, &Key::registration(role, member), Some(value))
+        };
+        self.cluster.appended.send_modify(|n| *n += 1);
+        offset
+    }
+
+    async fn deregister(&self, role: &str, member: &str) -> TransportResult<i64> {
+        let offset = {
+            let mut state = self.cluster.lock();
+            state.check()?;
+            state.append(role, &Key::registration(role, member), None)
+        };
+        self.cluster.appended.send_modify(|n| *n += 1);
+        offset
+    }
+}
+
+impl LeaseWriter for MemoryTransport {
+    async fn write_lease(
+        &self,
+        role: &str,
+        token: FencingToken,
+        lease: &Lease,
+    ) -> TransportResult<i64> {
+        let value = encode_lease(lease)?;
+        self.guarded_write(role, token, Some(value))
+    }
+
+    async fn clear_lease(&self, role: &str, token: FencingToken) -> TransportResult<i64> {
+        self.guarded_write(role, token, None)
+    }
+}
+
+impl Transport for MemoryTransport {
+    async fn close(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RoleState;
+    use crate::testkit::lease;
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    #[tokio::test]
+    async fn a_second_mint_fences_the_first_writer() {
+        let cluster = MemoryCluster::new(4);
+        let (a, b) = (cluster.transport(), cluster.transport());
+        assert_eq!(a.describe("r").await, Ok(None));
+        let ta = a.acquire_epoch("r", LEASE).await.unwrap();
+        assert_eq!(a.describe("r").await, Ok(Some(ta)));
+        a.write_lease("r", ta, &lease("a", ta)).await.unwrap();
+        let tb = b.acquire_epoch("r", LEASE).await.unwrap();
+        assert!(tb.supersedes(&ta));
+        assert!(
+            a.write_lease("r", ta, &lease("a", ta))
+                .await
+                .unwrap_err()
+                .is_fenced()
+        );
+        // b cannot write under a's token: it never minted it.
+        assert!(matches!(
+            b.write_lease("r", ta, &lease("b", ta)).await,
+            Err(TransportError::NotMinted { .. })
+        ));
+        b.write_lease("r", tb, &lease("b", tb)).await.unwrap();
+        let state = RoleState::from_records("r", &b.read_role_records("r").await.unwrap());
+        assert_eq!(state.lease().unwrap().member, "b");
+    }
+
+    #[tokio::test]
+    async fn an_exhausted_epoch_rotates_the_producer_id() {
+        let cluster = MemoryCluster::new(1);
+        let t = cluster.transport();
+        let first = t.acquire_epoch("r", LEASE).await.unwrap();
+        let mut last = first;
+        for _ in 0..=EXHAUSTED_EPOCH {
+            let next = t.acquire_epoch("r", LEASE).await.unwrap();
+            assert!(next.supersedes(&last));
+            last = next;
+        }
+        // (id, 32766) was exhausted: the next mint is a fresh id at epoch 0.
+        assert_eq!(last.producer_epoch(), 0);
+        assert!(last.producer_id() > first.producer_id());
+    }
+
+    #[tokio::test]
+    async fn a_timeout_above_the_cluster_maximum_is_refused() {
+        let cluster = MemoryCluster::new(1);
+        cluster.set_max_transaction_timeout(Duration::from_secs(10));
+        let t = cluster.transport();
+        assert!(t.acquire_epoch("r", Duration::from_secs(11)).await.is_err());
+        assert!(t.acquire_epoch("r", Duration::from_secs(10)).await.is_ok());
+    }
+}

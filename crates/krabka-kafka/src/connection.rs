@@ -1,0 +1,702 @@
+//! One connection to one broker: length-prefixed frames, correlation ids and
+//! pipelining.
+//!
+//! The caller writes its whole frame itself, under the connection's write
+//! lock (no writer task: a request costs no task switch on the way out); a
+//! reader task reads through a buffer and routes each response to the
+//! caller waiting on its correlation id. When either side fails the
+//! connection is poisoned: every request in flight fails at once with the
+//! same error and later calls fail fast, so the caller reconnects. A caller
+//! that gives up halfway through writing its frame poisons it too: the
+//! broker would read the next frame from the middle of this one.
+//! A request that times out also poisons the connection, as Kafka's Java
+//! client does: a silent broker is a dead connection.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, RequestHeader, ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::error::KafkaError;
+use super::versions::{Versions, api_name};
+use krabka_coordination::sync::lock;
+
+/// How much of the broker's answers one read may take at once: responses
+/// that arrive together are read with one system call.
+const READ_BUFFER: usize = 64 * 1024;
+
+/// Settings of one connection.
+#[derive(Clone, Debug)]
+pub(crate) struct ConnSettings {
+    pub(crate) client_id: Arc<str>,
+    pub(crate) max_frame_bytes: usize,
+}
+
+type Reply = oneshot::Sender<Result<Bytes, KafkaError>>;
+
+/// What a connection holds for others until it fails.
+pub(crate) type Held = Box<dyn std::fmt::Debug + Send>;
+
+enum Pending {
+    Open(HashMap<i32, Reply>),
+    Poisoned(KafkaError),
+}
+
+struct Shared {
+    addr: String,
+    pending: Mutex<Pending>,
+    /// Dropped when the connection fails (its count as contact with its
+    /// cluster, `state::contact`).
+    held: Mutex<Option<Held>>,
+}
+
+impl Shared {
+    /// Fails every request in flight and every later one with `err`.
+    fn poison(&self, err: KafkaError) {
+        let previous = std::mem::replace(&mut *lock(&self.pending), Pending::Poisoned(err.clone()));
+        lock(&self.held).take();
+        if let Pending::Open(waiters) = previous {
+            if !waiters.is_empty() {
+                tracing::debug!(addr = %self.addr, in_flight = waiters.len(), error = %err, "connection poisoned");
+            }
+            for (_, reply) in waiters {
+                let _ = reply.send(Err(err.clone()));
+            }
+        }
+    }
+
+    fn closed(&self, reason: impl Into<String>) -> KafkaError {
+        KafkaError::ConnectionClosed {
+            addr: self.addr.clone(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Removes a waiter when its caller gives up (timeout or drop).
+struct Waiter<'a> {
+    shared: &'a Shared,
+    id: i32,
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        if let Pending::Open(map) = &mut *lock(&self.shared.pending) {
+            map.remove(&self.id);
+        }
+    }
+}
+
+/// Poisons the connection when dropped before [`Unfinished::done`]: a frame
+/// abandoned halfway (its caller timed out or went away) corrupts the stream.
+struct Unfinished<'a>(Option<&'a Shared>);
+
+impl Unfinished<'_> {
+    fn done(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0 {
+            shared.poison(shared.closed("a request was abandoned halfway through its write"));
+        }
+    }
+}
+
+type Sink = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// A live connection to one broker.
+pub(crate) struct Connection {
+    shared: Arc<Shared>,
+    /// The write half; one frame at a time, whole.
+    sink: tokio::sync::Mutex<Sink>,
+    next_id: AtomicI32,
+    settings: ConnSettings,
+    versions: Versions,
+    /// The broker's finalized feature levels (e.g. `transaction.version`).
+    features: HashMap<String, i16>,
+    reader: JoinHandle<()>,
+    /// When set, the connection is retired at this instant (the end of its
+    /// SASL session, KIP-368): later requests open a new connection.
+    retire_at: Option<tokio::time::Instant>,
+    /// The id of the cluster the broker said it belongs to when the
+    /// connection opened.
+    cluster_id: Option<Arc<str>>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("addr", &self.shared.addr)
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+impl Connection {
+    /// Starts the reader task over an open stream. Versions are negotiated
+    /// separately with [`Connection::negotiate`].
+    pub(crate) fn start<S>(stream: S, addr: &str, settings: ConnSettings) -> Connection
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (read, write) = tokio::io::split(stream);
+        let shared = Arc::new(Shared {
+            addr: addr.to_owned(),
+            pending: Mutex::new(Pending::Open(HashMap::new())),
+            held: Mutex::default(),
+        });
+        let reader = tokio::spawn(read_loop(
+            BufReader::with_capacity(READ_BUFFER, read),
+            shared.clone(),
+            settings.max_frame_bytes,
+        ));
+        Connection {
+            shared,
+            sink: tokio::sync::Mutex::new(Box::new(write)),
+            next_id: AtomicI32::new(0),
+            settings,
+            versions: Versions::default(),
+            features: HashMap::new(),
+            reader,
+            retire_at: None,
+            cluster_id: None,
+        }
+    }
+
+    /// Retires the connection at `at`: requests in flight finish, new ones
+    /// go to a new connection.
+    pub(crate) fn retire_at(&mut self, at: tokio::time::Instant) {
+        self.retire_at = Some(at);
+    }
+
+    /// Asks the broker which versions it speaks and fixes ours.
+    pub(crate) async fn negotiate(&mut self, timeout: Duration) -> Result<(), KafkaError> {
+        let request = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("krabka-authority"))
+            .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+        let mut response: ApiVersionsResponse = self.send(&request, 3, timeout).await?;
+        if response.error_code == 35 {
+            // UNSUPPORTED_VERSION: the broker answered in v0 with its range.
+            response = self
+                .send(&ApiVersionsRequest::default(), 0, timeout)
+                .await?;
+        }
+        if response.error_code != 0 {
+            return Err(KafkaError::broker("ApiVersions", response.error_code, None));
+        }
+        self.versions = Versions::negotiate(
+            response
+                .api_keys
+                .iter()
+                .map(|k| (k.api_key, k.min_version, k.max_version)),
+        );
+        self.features = response
+            .finalized_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.max_version_level))
+            .collect();
+        Ok(())
+    }
+
+    /// Asks the broker which cluster it belongs to (a Metadata request for
+    /// no topic, which needs no permission) and remembers it: the first
+    /// request of every connection, so that nothing else is sent to a
+    /// broker of another cluster behind a known address.
+    pub(crate) async fn ask_cluster_id(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<Arc<str>>, KafkaError> {
+        let request = MetadataRequest::default()
+            .with_topics(Some(Vec::new()))
+            .with_allow_auto_topic_creation(false);
+        let (response, _) = self.call(&request, timeout).await?;
+        self.cluster_id = response.cluster_id.map(|id| id.as_str().into());
+        Ok(self.cluster_id.clone())
+    }
+
+    /// The cluster id the broker reported when the connection opened.
+    pub(crate) fn cluster_id(&self) -> Option<&str> {
+        self.cluster_id.as_deref()
+    }
+
+    /// Holds `held` until the connection fails or is dropped; drops it at
+    /// once when the connection already failed.
+    pub(crate) fn hold_while_open(&self, held: Held) {
+        let pending = lock(&self.shared.pending);
+        if matches!(*pending, Pending::Open(_)) {
+            *lock(&self.shared.held) = Some(held);
+        }
+    }
+
+    /// Fails every request in flight and every later one: the connection
+    /// is of no use (it leads to another cluster than the known one).
+    pub(crate) fn close(&self, reason: &str) {
+        self.shared.poison(self.shared.closed(reason));
+    }
+
+    /// The finalized level of a cluster feature, as the broker reported it
+    /// when the connection opened; `None` when not finalized.
+    pub(crate) fn feature(&self, name: &str) -> Option<i16> {
+        self.features.get(name).copied()
+    }
+
+    /// Uses fixed versions instead of asking (tests with a scripted broker).
+    #[cfg(test)]
+    pub(crate) fn with_versions(mut self, versions: Versions) -> Connection {
+        self.versions = versions;
+        self
+    }
+
+    /// The broker address.
+    pub(crate) fn addr(&self) -> &str {
+        &self.shared.addr
+    }
+
+    /// True once the connection failed; a new one must be opened.
+    pub(crate) fn is_closed(&self) -> bool {
+        matches!(*lock(&self.shared.pending), Pending::Poisoned(_))
+            || self
+                .retire_at
+                .is_some_and(|at| tokio::time::Instant::now() >= at)
+    }
+
+    /// Requests sent and not yet answered.
+    pub(crate) fn in_flight(&self) -> usize {
+        match &*lock(&self.shared.pending) {
+            Pending::Open(map) => map.len(),
+            Pending::Poisoned(_) => 0,
+        }
+    }
+
+    /// The version to send `api` with on this connection.
+    pub(crate) fn version(&self, api: ApiKey) -> Result<i16, KafkaError> {
+        self.versions.get(api, &self.shared.addr)
+    }
+
+    /// Sends `request` at the negotiated version and waits for its response.
+    pub(crate) async fn call<R>(
+        &self,
+        request: &R,
+        timeout: Duration,
+    ) -> Result<(R::Response, i16), KafkaError>
+    where
+        R: Request,
+    {
+        let api = ApiKey::try_from(R::KEY)
+            .map_err(|_| KafkaError::Internal(format!("unknown API key {}", R::KEY)))?;
+        let version = self.version(api)?;
+        let response = self.send(request, version, timeout).await?;
+        Ok((response, version))
+    }
+
+    /// Sends `request` at `version` and waits for its response.
+    pub(crate) async fn send<R>(
+        &self,
+        request: &R,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<R::Response, KafkaError>
+    where
+        R: Request,
+    {
+        let api = api_name(R::KEY);
+        let addr = &self.shared.addr;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
+        let frame = self.encode(request, version, id)?;
+
+        let (tx, rx) = oneshot::channel();
+        match &mut *lock(&self.shared.pending) {
+            Pending::Poisoned(err) => return Err(err.clone()),
+            Pending::Open(map) => {
+                map.insert(id, tx);
+            }
+        }
+        let _waiter = Waiter {
+            shared: &self.shared,
+            id,
+        };
+        // The timeout covers the write too: a broker that stopped reading
+        // (its socket buffer full) fails the request as one that does not
+        // answer, and poisons the connection the same way.
+        let answered = tokio::time::timeout(timeout, async {
+            self.write(&frame).await?;
+            rx.await
+                .unwrap_or_else(|_| Err(self.shared.closed("reader stopped")))
+        });
+        let mut body = match answered.await {
+            Err(_) => {
+                let err = KafkaError::Timeout {
+                    api,
+                    addr: addr.clone(),
+                    after: timeout,
+                };
+                self.shared.poison(err.clone());
+                return Err(err);
+            }
+            Ok(result) => result?,
+        };
+        let protocol = |e: String| KafkaError::Protocol {
+            addr: addr.clone(),
+            reason: format!("cannot decode {api} v{version} response: {e}"),
+        };
+        ResponseHeader::decode(&mut body, R::Response::header_version(version))
+            .map_err(|e| protocol(format!("{e:#}")))?;
+        R::Response::decode(&mut body, version).map_err(|e| protocol(format!("{e:#}")))
+    }
+
+    /// Writes one whole frame (and flushes it: TLS buffers) under the write
+    /// lock; a failure poisons the connection.
+    async fn write(&self, frame: &[u8]) -> Result<(), KafkaError> {
+        let mut sink = self.sink.lock().await;
+        if let Pending::Poisoned(err) = &*lock(&self.shared.pending) {
+            return Err(err.clone());
+        }
+        let unfinished = Unfinished(Some(&self.shared));
+        let written = async {
+            sink.write_all(frame).await?;
+            sink.flush().await
+        }
+        .await;
+        unfinished.done();
+        written.map_err(|e| {
+            let err = io_failure(&self.shared, "write", e);
+            self.shared.poison(err.clone());
+            err
+        })
+    }
+
+    fn encode<R: Request>(&self, request: &R, version: i16, id: i32) -> Result<Bytes, KafkaError> {
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(id)
+            .with_client_id(Some(StrBytes::from_string(
+                self.settings.client_id.to_string(),
+            )));
+        let mut buf = BytesMut::with_capacity(64);
+        buf.put_i32(0);
+        let invalid = |e: String| {
+            KafkaError::Internal(format!(
+                "cannot encode {} v{version}: {e}",
+                api_name(R::KEY)
+            ))
+        };
+        header
+            .encode(&mut buf, R::header_version(version))
+            .map_err(|e| invalid(format!("{e:#}")))?;
+        request
+            .encode(&mut buf, version)
+            .map_err(|e| invalid(format!("{e:#}")))?;
+        let len = buf.len() - 4;
+        if len > self.settings.max_frame_bytes {
+            return Err(KafkaError::Config(format!(
+                "a {} request of {len} bytes exceeds the maximum frame of {} bytes",
+                api_name(R::KEY),
+                self.settings.max_frame_bytes
+            )));
+        }
+        let size = i32::try_from(len)
+            .map_err(|_| KafkaError::Config(format!("request of {len} bytes")))?;
+        buf[..4].copy_from_slice(&size.to_be_bytes());
+        Ok(buf.freeze())
+    }
+}
+
+/// The error of a failed read or write: a TLS alert (a refused client
+/// certificate, say) is a TLS error that retrying cannot fix; anything else
+/// closed the connection.
+fn io_failure(shared: &Shared, op: &str, e: std::io::Error) -> KafkaError {
+    let tls = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    match tls {
+        Some(tls) => KafkaError::Tls(format!("{op} on {} failed: {tls}", shared.addr)),
+        None => shared.closed(format!("{op} failed: {e}")),
+    }
+}
+
+async fn read_loop<R>(mut read: R, shared: Arc<Shared>, max_frame: usize)
+where
+    R: AsyncRead + Unpin,
+{
+    let err = loop {
+        let size = match read.read_i32().await {
+            Ok(size) => size,
+            Err(e) => break io_failure(&shared, "read", e),
+        };
+        if size < 4 || size as usize > max_frame {
+            break KafkaError::FrameTooLarge {
+                addr: shared.addr.clone(),
+                size: i64::from(size),
+                max: max_frame,
+            };
+        }
+        let mut body = BytesMut::zeroed(size as usize);
+        if let Err(e) = read.read_exact(&mut body).await {
+            break io_failure(&shared, "read", e);
+        }
+        let body = body.freeze();
+        let id = (&body[..4]).get_i32();
+        let waiter = match &mut *lock(&shared.pending) {
+            Pending::Open(map) => map.remove(&id),
+            Pending::Poisoned(_) => return,
+        };
+        match waiter {
+            Some(reply) => {
+                let _ = reply.send(Ok(body));
+            }
+            None => tracing::trace!(addr = %shared.addr, id, "response for an abandoned request"),
+        }
+    };
+    shared.poison(err);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::versions::Versions;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    use kafka_protocol::protocol::decode_request_header_from_buffer;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    const MAX: usize = 64 * 1024;
+
+    fn connection(stream: DuplexStream) -> Connection {
+        Connection::start(
+            stream,
+            "fake:9092",
+            ConnSettings {
+                client_id: "test".into(),
+                max_frame_bytes: MAX,
+            },
+        )
+        .with_versions(Versions::pinned_max())
+    }
+
+    /// Reads one request frame; returns (correlation id, api version).
+    async fn read_request(broker: &mut DuplexStream) -> (i32, i16) {
+        let size = broker.read_i32().await.expect("size");
+        let mut body = BytesMut::zeroed(size as usize);
+        broker.read_exact(&mut body).await.expect("body");
+        let mut body = body.freeze();
+        let header = decode_request_header_from_buffer(&mut body).expect("header");
+        (header.correlation_id, header.request_api_version)
+    }
+
+    /// Writes a Metadata response whose cluster id names `tag`.
+    async fn respond(broker: &mut DuplexStream, id: i32, version: i16, tag: &str) {
+        let response = MetadataResponse::default()
+            .with_cluster_id(Some(StrBytes::from_string(tag.to_owned())));
+        let mut buf = BytesMut::new();
+        ResponseHeader::default()
+            .with_correlation_id(id)
+            .encode(&mut buf, MetadataResponse::header_version(version))
+            .expect("header");
+        response.encode(&mut buf, version).expect("body");
+        broker.write_i32(buf.len() as i32).await.expect("size");
+        broker.write_all(&buf).await.expect("write");
+    }
+
+    fn tag(response: &MetadataResponse) -> String {
+        response
+            .cluster_id
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn pipelined_responses_reach_their_callers_in_any_order() {
+        let (client, mut broker) = tokio::io::duplex(MAX);
+        let conn = connection(client);
+        let timeout = Duration::from_secs(5);
+        let request = MetadataRequest::default();
+        let calls = futures::future::join3(
+            conn.call(&request, timeout),
+            conn.call(&request, timeout),
+            conn.call(&request, timeout),
+        );
+        let fake = async {
+            let mut seen = Vec::new();
+            for _ in 0..3 {
+                seen.push(read_request(&mut broker).await);
+            }
+            // All three are in flight on one connection; answer in reverse.
+            for (id, version) in seen.iter().rev() {
+                respond(&mut broker, *id, *version, &format!("c{id}")).await;
+            }
+            seen.iter().map(|(id, _)| *id).collect::<Vec<_>>()
+        };
+        let ((a, b, c), ids) = tokio::join!(calls, fake);
+        let got: Vec<String> = [a, b, c]
+            .into_iter()
+            .map(|r| tag(&r.expect("answered").0))
+            .collect();
+        let want: Vec<String> = ids.iter().map(|id| format!("c{id}")).collect();
+        assert_eq!(got, want);
+        assert!(!conn.is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_dropped_connection_fails_every_request_in_flight_at_once() {
+        let (client, mut broker) = tokio::io::duplex(MAX);
+        let conn = connection(client);
+        let timeout = Duration::from_secs(30);
+        let request = MetadataRequest::default();
+        let started = tokio::time::Instant::now();
+        let calls =
+            futures::future::join(conn.call(&request, timeout), conn.call(&request, timeout));
+        let fake = async {
+            read_request(&mut broker).await;
+            read_request(&mut broker).await;
+            drop(broker);
+        };
+        let ((a, b), ()) = tokio::join!(calls, fake);
+        for result in [a, b] {
+            match result {
+                Err(KafkaError::ConnectionClosed { addr, .. }) => assert_eq!(addr, "fake:9092"),
+                other => panic!("expected ConnectionClosed, got {other:?}"),
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "failed at once, not at the timeout"
+        );
+        assert!(conn.is_closed());
+        // Later calls fail fast too.
+        assert!(conn.call(&request, timeout).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn an_oversized_frame_is_rejected_and_poisons_the_connection() {
+        let (client, mut broker) = tokio::io::duplex(MAX);
+        let conn = connection(client);
+        let request = MetadataRequest::default();
+        let call = conn.call(&request, Duration::from_secs(5));
+        let fake = async {
+            read_request(&mut broker).await;
+            broker.write_i32(MAX as i32 + 1).await.expect("size");
+            broker
+        };
+        let (result, _broker) = tokio::join!(call, fake);
+        match result {
+            Err(KafkaError::FrameTooLarge { size, max, .. }) => {
+                assert_eq!(size, MAX as i64 + 1);
+                assert_eq!(max, MAX);
+            }
+            other => panic!("expected FrameTooLarge, got {other:?}"),
+        }
+        assert!(conn.is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_silent_broker_times_out_and_poisons_the_connection() {
+        let (client, mut broker) = tokio::io::duplex(MAX);
+        let conn = connection(client);
+        let request = MetadataRequest::default();
+        let call = conn.call(&request, Duration::from_millis(100));
+        let fake = async {
+            read_request(&mut broker).await;
+            broker
+        };
+        let (result, _broker) = tokio::join!(call, fake);
+        assert!(
+            matches!(
+                result,
+                Err(KafkaError::Timeout {
+                    api: "Metadata",
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
+        assert!(conn.is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_request_abandoned_halfway_through_its_write_poisons_the_connection() {
+        // The broker reads nothing, so the pipe of 16 bytes fills mid-frame.
+        let (client, _broker) = tokio::io::duplex(16);
+        let conn = connection(client);
+        let request = MetadataRequest::default().with_topics(Some(vec![
+            kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                .with_name(Some(StrBytes::from_static_str("a-topic-name").into()));
+            4
+        ]));
+        let call = conn.call(&request, Duration::from_secs(5));
+        let gave_up = tokio::time::timeout(Duration::from_millis(50), call).await;
+        assert!(gave_up.is_err(), "the write cannot finish: {gave_up:?}");
+        assert!(
+            conn.is_closed(),
+            "the next frame would follow half of this one"
+        );
+        assert!(matches!(
+            conn.call(&request, Duration::from_secs(5)).await,
+            Err(KafkaError::ConnectionClosed { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_broker_that_stops_reading_times_the_request_out() {
+        // Nothing reads the pipe of 16 bytes: the write itself cannot end.
+        let (client, _broker) = tokio::io::duplex(16);
+        let conn = connection(client);
+        let request = MetadataRequest::default();
+        let result = tokio::time::timeout(
+            Duration::from_secs(5),
+            conn.call(&request, Duration::from_millis(100)),
+        )
+        .await
+        .expect("the request timeout covers the write");
+        assert!(
+            matches!(
+                result,
+                Err(KafkaError::Timeout {
+                    api: "Metadata",
+                    ..
+                })
+            ),
+            "{result:?}"
+        );
+        assert!(conn.is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_late_answer_to_an_abandoned_request_is_ignored() {
+        let (client, mut broker) = tokio::io::duplex(MAX);
+        let conn = connection(client);
+        let request = MetadataRequest::default();
+        // The first caller gives up before the answer (dropped future).
+        let first = conn.call(&request, Duration::from_secs(5));
+        let (id, version) = tokio::select! {
+            _ = first => panic!("no answer yet"),
+            seen = read_request(&mut broker) => seen,
+        };
+        let second = conn.call(&request, Duration::from_secs(5));
+        let fake = async {
+            let (id2, v2) = read_request(&mut broker).await;
+            respond(&mut broker, id, version, "stale").await;
+            respond(&mut broker, id2, v2, "fresh").await;
+        };
+        let (result, ()) = tokio::join!(second, fake);
+        assert_eq!(tag(&result.expect("answered").0), "fresh");
+    }
+}

@@ -1,0 +1,338 @@
+//! Scripted brokers on loopback, for the fast tier: the client's routing,
+//! retries and failure handling against brokers that answer what a test
+//! says, or never answer at all (a hung broker). A broker can be stopped and
+//! another started on its address (another cluster), and holds a Fetch
+//! answer for the request's long-poll wait, as a broker with no new data.
+
+// Test support: a broken script or socket is the test's failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, BrokerId, DescribeTransactionsRequest,
+    DescribeTransactionsResponse, FetchRequest, FindCoordinatorRequest, FindCoordinatorResponse,
+    MetadataResponse, ProducerId, RequestHeader, ResponseHeader, TopicName,
+    api_versions_response::ApiVersion,
+    describe_transactions_response::TransactionState,
+    find_coordinator_response::Coordinator,
+    metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic},
+};
+use kafka_protocol::protocol::{
+    Decodable, Encodable, HeaderVersion, StrBytes, decode_request_header_from_buffer,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use super::versions::PINNED;
+
+/// What a scripted broker answers to one request: the encoded response
+/// (header and body), or `None` to never answer.
+pub type Script = Arc<dyn Fn(&RequestHeader, Bytes) -> Option<Bytes> + Send + Sync>;
+
+/// How long a scripted broker holds the answer to one request before it
+/// writes it; the requests after it on that connection wait too (a broker
+/// answers one connection's requests in order).
+pub type Delay = Arc<dyn Fn(&RequestHeader, &Bytes) -> Duration + Send + Sync>;
+
+/// A scripted broker listening on loopback.
+pub struct FakeBroker {
+    pub addr: String,
+    /// Every request but ApiVersions: (API, version, body).
+    pub seen: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>,
+    script: Arc<RwLock<Script>>,
+    delay: Delay,
+    /// TLS for every connection, when set.
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    connections: Arc<Mutex<tokio::task::JoinSet<()>>>,
+    /// The task accepting connections; it owns the listener.
+    task: Mutex<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for FakeBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeBroker")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for FakeBroker {
+    fn drop(&mut self) {
+        self.task.lock().unwrap().abort();
+        self.connections.lock().unwrap().abort_all();
+    }
+}
+
+impl FakeBroker {
+    /// A broker answering ApiVersions itself and everything else by `script`.
+    pub async fn start(script: Script) -> FakeBroker {
+        FakeBroker::start_delayed(script, Arc::new(|_, _| Duration::ZERO)).await
+    }
+
+    /// [`FakeBroker::start`], each answer written `delay` after the request
+    /// was read (and answered by `script`); a restart keeps it.
+    pub async fn start_delayed(script: Script, delay: Delay) -> FakeBroker {
+        FakeBroker::listening(script, delay, None).await
+    }
+
+    /// [`FakeBroker::start`] behind TLS as `tls` says (its certificate, and
+    /// whether it asks for a client's).
+    pub async fn start_tls(script: Script, tls: rustls::ServerConfig) -> FakeBroker {
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        FakeBroker::listening(script, Arc::new(|_, _| Duration::ZERO), Some(acceptor)).await
+    }
+
+    async fn listening(
+        script: Script,
+        delay: Delay,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> FakeBroker {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let mut broker = FakeBroker {
+            addr,
+            seen: Arc::default(),
+            script: Arc::new(RwLock::new(script)),
+            delay,
+            tls,
+            connections: Arc::default(),
+            task: Mutex::new(tokio::spawn(async {})),
+        };
+        *broker.task.get_mut().unwrap() = broker.listen(listener);
+        broker
+    }
+
+    fn listen(&self, listener: TcpListener) -> tokio::task::JoinHandle<()> {
+        let (log, scripted, open) = (
+            self.seen.clone(),
+            self.script.clone(),
+            self.connections.clone(),
+        );
+        let (delay, tls) = (self.delay.clone(), self.tls.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let script = scripted.read().unwrap().clone();
+                let (delay, log, tls) = (delay.clone(), log.clone(), tls.clone());
+                open.lock().unwrap().spawn(async move {
+                    match tls {
+                        None => serve(socket, script, delay, log).await,
+                        // A refused handshake closes the connection.
+                        Some(tls) => {
+                            if let Ok(stream) = tls.accept(socket).await {
+                                serve(stream, script, delay, log).await;
+                            }
+                        }
+                    }
+                });
+            }
+        })
+    }
+
+    /// Stops the broker as a stopped process does: its port refuses
+    /// connections and every open connection is closed.
+    pub async fn stop(&self) {
+        let task = std::mem::replace(&mut *self.task.lock().unwrap(), tokio::spawn(async {}));
+        task.abort();
+        let _ = task.await;
+        let mut connections = std::mem::take(&mut *self.connections.lock().unwrap());
+        connections.shutdown().await;
+    }
+
+    /// Starts another broker on the stopped one's address (another cluster
+    /// formatted there, say), answering by `script`.
+    pub async fn restart(&self, script: Script) {
+        *self.script.write().unwrap() = script;
+        let listener = TcpListener::bind(&self.addr).await.unwrap();
+        *self.task.lock().unwrap() = self.listen(listener);
+    }
+
+    /// The requests of one API this broker received.
+    pub fn requests(&self, api: ApiKey) -> Vec<(i16, Bytes)> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(a, _, _)| *a == api)
+            .map(|(_, v, b)| (*v, b.clone()))
+            .collect()
+    }
+}
+
+/// Answers one connection by `script`, each answer held `delay`, until it
+/// closes.
+async fn serve(
+    mut socket: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    script: Script,
+    delay: Delay,
+    log: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>,
+) {
+    loop {
+        let Ok(size) = socket.read_i32().await else {
+            return;
+        };
+        let mut frame = BytesMut::zeroed(size as usize);
+        if socket.read_exact(&mut frame).await.is_err() {
+            return;
+        }
+        let mut body = frame.freeze();
+        let header = decode_request_header_from_buffer(&mut body).unwrap();
+        let api = ApiKey::try_from(header.request_api_key).unwrap();
+        let (answer, hold) = if api == ApiKey::ApiVersions {
+            (Some(api_versions(&header)), Duration::ZERO)
+        } else {
+            log.lock()
+                .unwrap()
+                .push((api, header.request_api_version, body.clone()));
+            if api == ApiKey::Fetch {
+                // Nothing new arrives at a scripted broker: a long poll
+                // waits out its wait.
+                let fetch: FetchRequest = request(header.request_api_version, body.clone());
+                let wait = u64::try_from(fetch.max_wait_ms).unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+            }
+            let hold = delay(&header, &body);
+            (script(&header, body), hold)
+        };
+        if let Some(answer) = answer {
+            if !hold.is_zero() {
+                tokio::time::sleep(hold).await;
+            }
+            let mut out = BytesMut::new();
+            out.put_i32(answer.len() as i32);
+            out.put_slice(&answer);
+            if socket.write_all(&out).await.is_err() || socket.flush().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Encodes `response` as the answer to the request of `header`.
+pub fn answer<R: Encodable + HeaderVersion>(header: &RequestHeader, response: &R) -> Bytes {
+    let version = header.request_api_version;
+    let mut buf = BytesMut::new();
+    ResponseHeader::default()
+        .with_correlation_id(header.correlation_id)
+        .encode(&mut buf, R::header_version(version))
+        .unwrap();
+    response.encode(&mut buf, version).unwrap();
+    buf.freeze()
+}
+
+/// Decodes a request body a broker received.
+pub fn request<R: Decodable>(version: i16, mut body: Bytes) -> R {
+    R::decode(&mut body, version).unwrap()
+}
+
+fn api_versions(header: &RequestHeader) -> Bytes {
+    let response = ApiVersionsResponse::default().with_api_keys(
+        PINNED
+            .iter()
+            .map(|&(api, min, max)| {
+                ApiVersion::default()
+                    .with_api_key(api as i16)
+                    .with_min_version(min)
+                    .with_max_version(max)
+            })
+            .collect(),
+    );
+    // ApiVersions answers with response header v0 whatever its version.
+    let mut buf = BytesMut::new();
+    buf.put_i32(header.correlation_id);
+    response
+        .encode(&mut buf, header.request_api_version)
+        .unwrap();
+    buf.freeze()
+}
+
+/// Partitions of a topic as (index, leader id, leader epoch).
+pub type Partitions<'a> = &'a [(i32, i32, i32)];
+
+/// A Metadata answer: `brokers` as (id, addr), and a topic by name with its
+/// partitions.
+pub fn metadata(
+    brokers: &[(i32, &str)],
+    topic: Option<(&str, Partitions<'_>)>,
+) -> MetadataResponse {
+    let brokers = brokers
+        .iter()
+        .map(|(id, addr)| {
+            let (host, port) = addr.rsplit_once(':').unwrap();
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(*id))
+                .with_host(StrBytes::from_string(host.to_owned()))
+                .with_port(port.parse().unwrap())
+        })
+        .collect();
+    let topics = topic
+        .map(|(name, partitions)| {
+            vec![
+                MetadataResponseTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(name.to_owned()))))
+                    .with_partitions(
+                        partitions
+                            .iter()
+                            .map(|(index, leader, epoch)| {
+                                MetadataResponsePartition::default()
+                                    .with_partition_index(*index)
+                                    .with_leader_id(BrokerId(*leader))
+                                    .with_leader_epoch(*epoch)
+                            })
+                            .collect(),
+                    ),
+            ]
+        })
+        .unwrap_or_default();
+    MetadataResponse::default()
+        .with_cluster_id(Some(StrBytes::from_static_str("fake-cluster")))
+        .with_brokers(brokers)
+        .with_topics(topics)
+}
+
+/// The answer to `asked` naming `coordinator(key)` as (id, addr) per key.
+pub fn naming<'a>(
+    asked: FindCoordinatorRequest,
+    coordinator: impl Fn(&str) -> (i32, &'a str),
+) -> FindCoordinatorResponse {
+    let coordinators = asked
+        .coordinator_keys
+        .into_iter()
+        .map(|key| {
+            let (id, addr) = coordinator(key.as_str());
+            let (host, port) = addr.rsplit_once(':').unwrap();
+            Coordinator::default()
+                .with_key(key)
+                .with_node_id(BrokerId(id))
+                .with_host(StrBytes::from_string(host.to_owned()))
+                .with_port(port.parse().unwrap())
+        })
+        .collect();
+    FindCoordinatorResponse::default().with_coordinators(coordinators)
+}
+
+/// The answer to a DescribeTransactions (`header`, `body`): every id asked
+/// with `pair` in `state`.
+pub fn described(header: &RequestHeader, body: Bytes, pair: (i64, i16), state: &str) -> Bytes {
+    let asked: DescribeTransactionsRequest = request(header.request_api_version, body);
+    let states = asked
+        .transactional_ids
+        .into_iter()
+        .map(|id| {
+            TransactionState::default()
+                .with_transactional_id(id)
+                .with_transaction_state(StrBytes::from_string(state.to_owned()))
+                .with_producer_id(ProducerId(pair.0))
+                .with_producer_epoch(pair.1)
+        })
+        .collect();
+    answer(
+        header,
+        &DescribeTransactionsResponse::default().with_transaction_states(states),
+    )
+}

@@ -1,0 +1,411 @@
+//! Metadata: refreshing the cluster view (`state::view`) with one Metadata
+//! request at a time, and the leaders and topics it tells.
+//!
+//! The next routed request after a refresh was requested (a leader or
+//! connection error, a timeout) waits for the refresh; everyone waits for
+//! the same one, and refreshes are at least `retry.backoff.ms` apart, as in
+//! Kafka's Java `Metadata`.
+//!
+//! Every refresh also asks for `__transaction_state`, whose leaders are the
+//! transaction coordinators: a broker whose coordinators moved without its
+//! knowing is then seen behind (`state::epochs`), and is asked nothing but
+//! the probes that find out whether it caught up. An answer of a broker
+//! found behind is not used: the refresh asks another broker.
+//!
+//! **Leader confirmations.** [`KafkaClient::confirm_leaders`] asks a broker
+//! other than a topic's partition leaders for the topic's metadata: its
+//! answer confirms the leaders it names as current when it was asked (or
+//! names newer ones, which routing then uses at once). A tailer sends one
+//! per long-poll interval, so a read's freshness never rests on its own
+//! leader's word alone.
+
+use std::collections::HashMap;
+
+use futures::FutureExt;
+use kafka_protocol::messages::{
+    MetadataRequest, MetadataResponse, TopicName, metadata_request::MetadataRequestTopic,
+};
+use kafka_protocol::protocol::StrBytes;
+use tokio::time::Instant;
+
+use super::client::KafkaClient;
+use super::config::Broker;
+use super::error::{KafkaError, ResponseError};
+use super::state::{Leader, Lesson, MetadataAnswer, PartitionMeta, Refresh, TopicMeta};
+
+/// The topic whose partition leaders are the transaction coordinators.
+pub(crate) const TRANSACTION_STATE: &str = "__transaction_state";
+
+/// A Metadata request for `topics`, never creating one.
+pub(crate) fn build_metadata(topics: Vec<String>) -> MetadataRequest {
+    MetadataRequest::default()
+        .with_topics(Some(
+            topics
+                .into_iter()
+                .map(|t| {
+                    MetadataRequestTopic::default()
+                        .with_name(Some(TopicName(StrBytes::from_string(t))))
+                })
+                .collect(),
+        ))
+        .with_allow_auto_topic_creation(false)
+}
+
+/// What a Metadata answer says, partitions sorted by index.
+fn parse_metadata(response: MetadataResponse) -> MetadataAnswer {
+    MetadataAnswer {
+        cluster_id: response.cluster_id.as_ref().map(|c| c.as_str().into()),
+        brokers: response
+            .brokers
+            .iter()
+            .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
+            .collect(),
+        topics: response
+            .topics
+            .into_iter()
+            .filter_map(|topic| {
+                let name = topic.name?.0.to_string();
+                let mut partitions: Vec<PartitionMeta> = topic
+                    .partitions
+                    .iter()
+                    .map(|p| PartitionMeta {
+                        index: p.partition_index,
+                        leader: p.leader_id.0,
+                        leader_epoch: p.leader_epoch,
+                        error: p.error_code,
+                    })
+                    .collect();
+                partitions.sort_by_key(|p| p.index);
+                let meta = TopicMeta {
+                    error: topic.error_code,
+                    partitions,
+                };
+                Some((name, meta))
+            })
+            .collect(),
+    }
+}
+
+/// The leader of `partition` in `meta`, with `addr` of a broker id. A
+/// `Topic` error when there is no such partition; a broker error when
+/// metadata names no usable leader (then it is old).
+fn find_leader(
+    topic: &str,
+    meta: &TopicMeta,
+    partition: i32,
+    addr: impl Fn(i32) -> Option<String>,
+) -> Result<Leader, KafkaError> {
+    if meta.error != 0 {
+        return Err(KafkaError::broker(
+            "Metadata",
+            meta.error,
+            Some(topic.to_owned()),
+        ));
+    }
+    let Some(p) = meta.partitions.iter().find(|p| p.index == partition) else {
+        return Err(KafkaError::Topic {
+            topic: topic.to_owned(),
+            reason: format!(
+                "has no partition {partition} (it has {})",
+                meta.partitions.len()
+            ),
+        });
+    };
+    match (p.leader >= 0).then(|| addr(p.leader)).flatten() {
+        Some(addr) => Ok(Leader {
+            broker: Broker { id: p.leader, addr },
+            epoch: p.leader_epoch,
+        }),
+        None => Err(KafkaError::Broker {
+            api: "Metadata",
+            error: ResponseError::LeaderNotAvailable,
+            message: None,
+        }),
+    }
+}
+
+impl KafkaClient {
+    /// Fetches metadata for `topics` (and every topic asked for before) and
+    /// records brokers, leaders and the cluster id. Joins a refresh already
+    /// in flight.
+    pub async fn refresh_metadata(&self, topics: &[&str]) -> Result<(), KafkaError> {
+        self.state().metadata().want(topics);
+        let deadline = Instant::now() + self.config().operation_timeout;
+        self.start_refresh(deadline).await
+    }
+
+    /// The refresh in flight, or a new one (spaced `retry_backoff` after
+    /// the last). Runs as its own task, so callers that stop waiting do not
+    /// cancel it for the others.
+    fn start_refresh(&self, deadline: Instant) -> Refresh {
+        self.state()
+            .metadata()
+            .refresh(self.config().retry_backoff, |earliest| {
+                let client = self.clone();
+                let task = tokio::spawn(async move {
+                    if let Some(at) = earliest {
+                        tokio::time::sleep_until(at).await;
+                    }
+                    client.state().metadata().refresh_began();
+                    client
+                        .retrying_until("metadata", deadline, || client.fetch_metadata())
+                        .await
+                });
+                async move {
+                    task.await.unwrap_or_else(|e| {
+                        Err(KafkaError::Internal(format!(
+                            "metadata refresh failed: {e}"
+                        )))
+                    })
+                }
+                .boxed()
+                .shared()
+            })
+    }
+
+    async fn fetch_metadata(&self) -> Result<(), KafkaError> {
+        self.probe_stale();
+        let request = build_metadata(self.refresh_topics(None));
+        let sent = Instant::now();
+        let (response, from) = self.send_any(&request, &[]).await?;
+        self.state().learn(Lesson::Metadata {
+            answer: parse_metadata(response),
+            from: &from,
+            sent,
+        });
+        if self.state().epochs().is_stale(&from) {
+            return Err(KafkaError::Stale {
+                addr: from,
+                reason: "its metadata is behind another broker's".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The topics a refresh asks for: `only` (else every wanted topic), and
+    /// the transaction coordinators' topic.
+    fn refresh_topics(&self, only: Option<&str>) -> Vec<String> {
+        let mut topics = match only {
+            Some(topic) => vec![topic.to_owned()],
+            None => self.state().metadata().wanted(),
+        };
+        if !topics.iter().any(|t| t == TRANSACTION_STATE) {
+            topics.push(TRANSACTION_STATE.to_owned());
+        }
+        topics
+    }
+
+    /// One Metadata request to the broker at `addr` for `topics`, learned
+    /// from.
+    pub(crate) async fn metadata_from(
+        &self,
+        addr: &str,
+        topics: Vec<String>,
+    ) -> Result<(), KafkaError> {
+        let sent = Instant::now();
+        let response = self.send_to(addr, &build_metadata(topics)).await?;
+        self.state().learn(Lesson::Metadata {
+            answer: parse_metadata(response),
+            from: addr,
+            sent,
+        });
+        Ok(())
+    }
+
+    /// Sends a probe to every stale broker whose next one is due (each in
+    /// its own task): an answer behind nowhere makes it current again.
+    pub(crate) fn probe_stale(&self) {
+        for addr in self.state().epochs().due_probes() {
+            let client = self.clone();
+            let topics = self.refresh_topics(None);
+            tokio::spawn(async move {
+                if let Err(error) = client.metadata_from(&addr, topics).await {
+                    tracing::debug!(broker = %addr, %error, "a probe of a stale broker failed");
+                }
+            });
+        }
+    }
+
+    /// Asks for `topic`'s metadata a broker that leads none of its
+    /// partitions, or a second one when the first leads some: their
+    /// answers confirm every leader they name but their own (see the module
+    /// docs). Hedged as every request any broker can answer, so a hung
+    /// broker delays a round by a fraction of a second. Stale brokers are
+    /// probed meanwhile.
+    pub(crate) async fn confirm_leaders(&self, topic: &str) {
+        self.probe_stale();
+        if !self.state().metadata().is_multi_broker() {
+            return;
+        }
+        let request = build_metadata(self.refresh_topics(Some(topic)));
+        let mut asked: Vec<String> = Vec::new();
+        while asked.len() < 2 {
+            let exclude: Vec<&str> = asked.iter().map(String::as_str).collect();
+            let sent = Instant::now();
+            let (response, from) = match self.send_any(&request, &exclude).await {
+                Ok(answered) => answered,
+                Err(error) => {
+                    tracing::debug!(topic, %error, "a leader confirmation failed");
+                    return;
+                }
+            };
+            self.state().learn(Lesson::Metadata {
+                answer: parse_metadata(response),
+                from: &from,
+                sent,
+            });
+            if !self.leads_some(topic, &from) {
+                return;
+            }
+            asked.push(from);
+        }
+    }
+
+    /// True when the broker at `addr` leads a partition of `topic` (or is
+    /// not known by id).
+    fn leads_some(&self, topic: &str, addr: &str) -> bool {
+        let metadata = self.state().metadata();
+        let Some(id) = metadata
+            .brokers()
+            .into_iter()
+            .find_map(|(id, a)| (a == addr).then_some(id))
+        else {
+            return true;
+        };
+        metadata
+            .topic(topic)
+            .is_some_and(|m| m.partitions.iter().any(|p| p.leader == id))
+    }
+
+    /// The id of the cluster, once metadata was fetched.
+    pub fn cluster_id(&self) -> Option<String> {
+        self.state()
+            .metadata()
+            .cluster_id()
+            .map(|id| id.to_string())
+    }
+
+    /// The known brokers by id.
+    pub fn brokers(&self) -> HashMap<i32, String> {
+        self.state().metadata().brokers()
+    }
+
+    /// Metadata of `topic`: cached when fresh, else fetched.
+    pub async fn topic_metadata(&self, topic: &str) -> Result<TopicMeta, KafkaError> {
+        let metadata = self.state().metadata();
+        if let Some(meta) = metadata.fresh_topic(topic, self.config().metadata_max_age) {
+            return Ok(meta);
+        }
+        self.refresh_metadata(&[topic]).await?;
+        metadata.topic(topic).ok_or_else(|| KafkaError::Topic {
+            topic: topic.to_owned(),
+            reason: "missing from the metadata response".into(),
+        })
+    }
+
+    /// The finalized level of a cluster feature (e.g. `transaction.version`:
+    /// 2 on a fresh Kafka 4.x cluster, absent on 3.x), as a broker reports
+    /// it in ApiVersions; `None` when the feature is not finalized.
+    pub async fn finalized_feature(&self, name: &str) -> Result<Option<i16>, KafkaError> {
+        self.retrying("api versions", || async move {
+            let addr = self
+                .brokers_by_load(&[])
+                .into_iter()
+                .next()
+                .ok_or_else(|| KafkaError::NoBroker("no broker known".into()))?;
+            Ok(self.connection(&addr).await?.feature(name))
+        })
+        .await
+    }
+
+    /// The node id of the leader of one partition, from fresh metadata.
+    pub async fn partition_leader(&self, topic: &str, partition: i32) -> Result<i32, KafkaError> {
+        self.retrying("partition leader", || async move {
+            Ok(self.leader(topic, partition).await?.broker.id)
+        })
+        .await
+    }
+
+    /// The leader of one partition and its epoch, from fresh metadata.
+    pub(crate) async fn leader(&self, topic: &str, partition: i32) -> Result<Leader, KafkaError> {
+        let meta = self.topic_metadata(topic).await?;
+        let metadata = self.state().metadata();
+        let leader = find_leader(topic, &meta, partition, |id| metadata.broker_addr(id));
+        if let Err(error) = &leader
+            && !matches!(error, KafkaError::Topic { .. })
+        {
+            // No usable leader: the topic's metadata is old.
+            self.state().learn(Lesson::TopicStale { topic });
+        }
+        leader
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::metadata;
+
+    #[test]
+    fn a_refresh_asks_for_the_wanted_topics_and_never_creates_one() {
+        let request = build_metadata(vec!["a".into(), "b".into()]);
+        let asked: Vec<String> = request
+            .topics
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name.unwrap().0.to_string())
+            .collect();
+        assert_eq!(asked, ["a", "b"]);
+        assert!(!request.allow_auto_topic_creation);
+    }
+
+    #[test]
+    fn an_answer_gives_brokers_topics_and_sorted_partitions() {
+        let response = metadata(
+            &[(1, "h1:9092"), (2, "h2:9093")],
+            Some(("t", &[(1, 2, 8), (0, 1, 7)])),
+        );
+        let answer = parse_metadata(response);
+        assert_eq!(answer.cluster_id.as_deref(), Some("fake-cluster"));
+        assert_eq!(
+            answer.brokers,
+            [(1, "h1:9092".to_owned()), (2, "h2:9093".to_owned())]
+        );
+        let (name, topic) = &answer.topics[0];
+        assert_eq!(name, "t");
+        let leaders: Vec<(i32, i32, i32)> = topic
+            .partitions
+            .iter()
+            .map(|p| (p.index, p.leader, p.leader_epoch))
+            .collect();
+        assert_eq!(leaders, [(0, 1, 7), (1, 2, 8)]);
+    }
+
+    #[test]
+    fn a_leader_needs_a_known_broker() {
+        let meta = TopicMeta {
+            error: 0,
+            partitions: vec![PartitionMeta {
+                index: 0,
+                leader: 2,
+                leader_epoch: 8,
+                error: 0,
+            }],
+        };
+        let known = |id: i32| (id == 2).then(|| "b:2".to_owned());
+        let leader = find_leader("t", &meta, 0, known).unwrap();
+        assert_eq!((leader.broker.addr.as_str(), leader.epoch), ("b:2", 8));
+        let unknown = find_leader("t", &meta, 0, |_| None).unwrap_err();
+        assert!(unknown.is(ResponseError::LeaderNotAvailable));
+        let missing = find_leader("t", &meta, 3, known).unwrap_err();
+        assert!(matches!(missing, KafkaError::Topic { .. }), "{missing}");
+        let failed = TopicMeta {
+            error: 3,
+            partitions: Vec::new(),
+        };
+        assert_eq!(
+            find_leader("t", &failed, 0, known).unwrap_err().code(),
+            Some(3)
+        );
+    }
+}

@@ -1,0 +1,474 @@
+//! Which brokers' metadata is current, and which partition leaders another
+//! broker confirmed: leader epochs compared across the brokers that answer
+//! Metadata.
+//!
+//! Kafka's Java `Metadata` keeps the newer leader epoch of a partition when
+//! a broker answers an older one, and goes on asking that broker. Here a
+//! broker that stays behind is *stale*: a broker cut off from the controller
+//! (a network partition of one link) keeps answering from the metadata it
+//! had, naming itself leader and coordinator of partitions the controller
+//! gave to others long ago, for as long as the partition lasts. Its
+//! metadata log stopped as a whole, so one partition it reports behind
+//! makes it stale for everything. The rules:
+//!
+//! - **Behind.** An answer reporting a lower leader epoch for a partition
+//!   than another broker reported at least [`LAG_GRACE`] before the request
+//!   was sent makes its broker stale. (A broker naming itself leader where
+//!   another named a newer leader is the same rule: the newer leader has
+//!   the higher epoch.) Brokers follow the controller's metadata log within
+//!   milliseconds of each other, so a broker that reports an epoch another
+//!   broker reported moments ago is lagging by a record, not cut off: its
+//!   answer keeps the newer entries (Java's rule) and the broker is not
+//!   suspected.
+//! - **Deposed.** An answer that brings a newer leader for a partition makes
+//!   the old leader stale (unless the answer is its own): it is asked for
+//!   metadata before it is used again, since a deposed leader that did not
+//!   hear of it is the broker this guards against. A healthy one catches up
+//!   at its first probe.
+//! - **Caught up.** A stale broker is not asked for metadata, coordinator
+//!   lookups or confirmations; it is probed instead, with a Metadata request
+//!   once per backoff step (`retry.backoff.ms` doubling to its max), and an
+//!   answer that is behind nowhere makes it current again.
+//! - **Confirmed.** An answer of a current broker Y naming broker L leader
+//!   of a partition at the newest epoch, Y ≠ L, confirms that L led the
+//!   partition when the request was sent. A read from L under that epoch is
+//!   complete as of the earlier of its own send instant and the
+//!   confirmation's ([`Epochs::complete_as_of`]).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::view::MetadataAnswer;
+use crate::backoff::{Backoff, Gate, Jitter};
+use krabka_coordination::sync::lock;
+
+/// How long after another broker reported a newer leader epoch a broker may
+/// still report the older one without being stale: brokers apply a
+/// metadata record within milliseconds of each other; one half a second
+/// behind is not following the controller. A broker cut off from the
+/// controller keeps its partitions until `broker.session.timeout.ms` (9 s)
+/// and is behind from then on.
+pub(crate) const LAG_GRACE: Duration = Duration::from_millis(500);
+
+/// The newest leader of one partition any broker reported.
+#[derive(Debug)]
+struct Newest {
+    leader: i32,
+    epoch: i32,
+    /// When it was first reported.
+    since: Instant,
+    /// The send instant of the latest answer of another broker naming the
+    /// same leader at the same epoch.
+    confirmed: Option<Instant>,
+}
+
+/// A broker whose metadata is behind.
+#[derive(Debug)]
+struct Behind {
+    /// When it was first found behind.
+    since: Instant,
+    /// The next probe waits for this gate.
+    probe: Gate,
+}
+
+/// What one Metadata answer is.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Judgement {
+    /// As new as anything known: it is used.
+    Current {
+        /// Its broker was stale until this answer.
+        caught_up: bool,
+        /// Brokers deposed as leaders by this answer, newly stale, with why.
+        deposed: Vec<(String, String)>,
+    },
+    /// Behind another broker's answer: not used.
+    Stale {
+        /// Its broker was not stale before.
+        first: bool,
+        /// Which partition it reports behind.
+        why: String,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    newest: HashMap<(String, i32), Newest>,
+    stale: HashMap<String, Behind>,
+}
+
+/// Leader epochs across brokers: the stale brokers and the confirmations.
+#[derive(Debug)]
+pub(crate) struct Epochs {
+    inner: Mutex<Inner>,
+    /// True while any broker is stale: routing in a healthy cluster skips
+    /// the lock.
+    any_stale: AtomicBool,
+    backoff: Backoff,
+}
+
+impl Epochs {
+    /// Stale brokers are probed `probe` after they were found behind,
+    /// doubling to `probe_max`.
+    pub(super) fn new(probe: Duration, probe_max: Duration) -> Epochs {
+        Epochs {
+            inner: Mutex::default(),
+            any_stale: AtomicBool::new(false),
+            backoff: Backoff::new(probe, probe_max, Jitter::EQUAL),
+        }
+    }
+
+    /// Judges `answer` of the broker at `from` (node id `from_id` when the
+    /// answer lists it), whose request was sent at `sent`; see the module
+    /// docs. A current answer's partitions reported behind the newest
+    /// known (within the grace) are rewritten to the newest, so the view
+    /// never goes back; `addr_of` names the brokers by id.
+    pub(super) fn judge(
+        &self,
+        from: &str,
+        from_id: Option<i32>,
+        sent: Instant,
+        answer: &mut MetadataAnswer,
+        addr_of: &HashMap<i32, String>,
+    ) -> Judgement {
+        let now = Instant::now();
+        let mut inner = lock(&self.inner);
+        let behind = answer.topics.iter().find_map(|(topic, meta)| {
+            meta.partitions.iter().find_map(|p| {
+                let newest = inner.newest.get(&(topic.clone(), p.index))?;
+                (p.leader_epoch >= 0 && newest.epoch > p.leader_epoch).then(|| {
+                    let why = format!(
+                        "it reports leader {} at epoch {} for {topic}-{}, where another broker reported leader {} at epoch {} {} ms before the request",
+                        p.leader,
+                        p.leader_epoch,
+                        p.index,
+                        newest.leader,
+                        newest.epoch,
+                        sent.saturating_duration_since(newest.since).as_millis()
+                    );
+                    (why, newest.since)
+                })
+            })
+        });
+        let was_stale = inner.stale.contains_key(from);
+        let caught_up = was_stale && behind.is_none();
+        match behind {
+            // Behind for longer than a moment, or still behind: stale.
+            Some((why, since)) if was_stale || since + LAG_GRACE <= sent => {
+                let first = self.mark(&mut inner, from, now);
+                return Judgement::Stale { first, why };
+            }
+            // Lagging by a moment: used (with the newer entries), and
+            // nothing said of the broker.
+            Some(_) => {}
+            None => {
+                inner.stale.remove(from);
+            }
+        }
+        let mut deposed = Vec::new();
+        for (topic, meta) in &mut answer.topics {
+            for p in &mut meta.partitions {
+                if p.leader_epoch < 0 {
+                    continue;
+                }
+                let names_another = from_id.is_some_and(|id| id != p.leader) && p.leader >= 0;
+                let key = (topic.clone(), p.index);
+                match inner.newest.get(&key).map(|n| (n.leader, n.epoch)) {
+                    // Lagging by a moment: keep the newer leader.
+                    Some((leader, epoch)) if epoch > p.leader_epoch => {
+                        p.leader = leader;
+                        p.leader_epoch = epoch;
+                    }
+                    Some((leader, epoch)) if epoch == p.leader_epoch => {
+                        if names_another
+                            && leader == p.leader
+                            && let Some(newest) = inner.newest.get_mut(&key)
+                        {
+                            newest.confirmed = newest.confirmed.max(Some(sent));
+                        }
+                    }
+                    previous => {
+                        if let Some((old_leader, old_epoch)) = previous
+                            && old_leader >= 0
+                            && old_leader != p.leader
+                            && Some(old_leader) != from_id
+                            && let Some(addr) = addr_of.get(&old_leader)
+                            && addr != from
+                        {
+                            deposed.push((
+                                addr.clone(),
+                                format!(
+                                    "it led {topic}-{} at epoch {old_epoch}, and broker {from} names leader {} at epoch {}",
+                                    p.index, p.leader, p.leader_epoch
+                                ),
+                            ));
+                        }
+                        inner.newest.insert(
+                            key,
+                            Newest {
+                                leader: p.leader,
+                                epoch: p.leader_epoch,
+                                since: now,
+                                confirmed: names_another.then_some(sent),
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        // Each deposed broker once, and only when newly stale.
+        deposed.retain(|(addr, _)| self.mark(&mut inner, addr, now));
+        self.any_stale
+            .store(!inner.stale.is_empty(), Ordering::Release);
+        Judgement::Current { caught_up, deposed }
+    }
+
+    /// Marks `addr` stale; true when it was not before.
+    fn mark(&self, inner: &mut Inner, addr: &str, now: Instant) -> bool {
+        if inner.stale.contains_key(addr) {
+            return false;
+        }
+        let mut probe = Gate::new(self.backoff.clone());
+        probe.shut(now);
+        inner
+            .stale
+            .insert(addr.to_owned(), Behind { since: now, probe });
+        self.any_stale.store(true, Ordering::Release);
+        true
+    }
+
+    /// True while `addr` is stale: not asked for metadata, lookups or
+    /// confirmations.
+    pub(crate) fn is_stale(&self, addr: &str) -> bool {
+        self.any_stale.load(Ordering::Acquire) && lock(&self.inner).stale.contains_key(addr)
+    }
+
+    /// The stale brokers and since when.
+    pub(crate) fn stale(&self) -> Vec<(String, Instant)> {
+        if !self.any_stale.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let mut stale: Vec<(String, Instant)> = lock(&self.inner)
+            .stale
+            .iter()
+            .map(|(addr, b)| (addr.clone(), b.since))
+            .collect();
+        stale.sort();
+        stale
+    }
+
+    /// The stale brokers whose next probe is due; each one's gate shuts for
+    /// the next step.
+    pub(crate) fn due_probes(&self) -> Vec<String> {
+        if !self.any_stale.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let now = Instant::now();
+        let mut inner = lock(&self.inner);
+        inner
+            .stale
+            .iter_mut()
+            .filter(|(_, b)| b.probe.is_open(now))
+            .map(|(addr, b)| {
+                b.probe.shut(now);
+                addr.clone()
+            })
+            .collect()
+    }
+
+    /// The instant a read of `topic`-`partition` under leader epoch `epoch`
+    /// sent at `fetched` is complete as of: the earlier of `fetched` and the
+    /// latest confirmation of that leader at that epoch. `None` when that
+    /// epoch is not the newest or was never confirmed.
+    pub(crate) fn complete_as_of(
+        &self,
+        topic: &str,
+        partition: i32,
+        epoch: i32,
+        fetched: Instant,
+    ) -> Option<Instant> {
+        let inner = lock(&self.inner);
+        let newest = inner.newest.get(&(topic.to_owned(), partition))?;
+        if newest.epoch != epoch {
+            return None;
+        }
+        newest.confirmed.map(|confirmed| confirmed.min(fetched))
+    }
+
+    /// True when the newest leader of `topic`-`partition` was confirmed by
+    /// another broker within `within`.
+    pub(crate) fn confirmed_within(&self, topic: &str, partition: i32, within: Duration) -> bool {
+        lock(&self.inner)
+            .newest
+            .get(&(topic.to_owned(), partition))
+            .and_then(|n| n.confirmed)
+            .is_some_and(|at| at.elapsed() < within)
+    }
+
+    /// Forgets everything (another cluster).
+    pub(super) fn clear(&self) {
+        let mut inner = lock(&self.inner);
+        inner.newest.clear();
+        inner.stale.clear();
+        self.any_stale.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BACKOFF: Duration = Duration::from_millis(100);
+
+    fn epochs() -> Epochs {
+        Epochs::new(BACKOFF, Duration::from_secs(1))
+    }
+
+    /// Partitions of topic "t" as (index, leader, epoch).
+    fn answer(partitions: &[(i32, i32, i32)]) -> MetadataAnswer {
+        MetadataAnswer::of_t("c", &[], partitions)
+    }
+
+    fn addrs() -> HashMap<i32, String> {
+        (1..=3).map(|id| (id, format!("b:{id}"))).collect()
+    }
+
+    fn judge(epochs: &Epochs, from: i32, partitions: &[(i32, i32, i32)]) -> Judgement {
+        let mut answer = answer(partitions);
+        epochs.judge(
+            &format!("b:{from}"),
+            Some(from),
+            Instant::now(),
+            &mut answer,
+            &addrs(),
+        )
+    }
+
+    fn current() -> Judgement {
+        Judgement::Current {
+            caught_up: false,
+            deposed: Vec::new(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broker_behind_another_is_stale_until_it_catches_up() {
+        let epochs = epochs();
+        // Broker 1 leads at epoch 4; broker 2 says broker 3 leads at 5.
+        assert_eq!(judge(&epochs, 1, &[(0, 1, 4)]), current());
+        let Judgement::Current { deposed, .. } = judge(&epochs, 2, &[(0, 3, 5)]) else {
+            panic!("broker 2 is current");
+        };
+        assert_eq!(deposed.len(), 1, "the old leader");
+        assert_eq!(deposed[0].0, "b:1");
+        assert!(epochs.is_stale("b:1"));
+        tokio::time::advance(LAG_GRACE).await;
+        // Broker 1 still names itself at 4: cut off.
+        let Judgement::Stale { first, why } = judge(&epochs, 1, &[(0, 1, 4)]) else {
+            panic!("broker 1 is behind");
+        };
+        assert!(!first, "already stale as the deposed leader");
+        assert!(why.contains("t-0") && why.contains("epoch 4"), "{why}");
+        assert_eq!(epochs.stale().len(), 1);
+        // The leader moves again (broker 3, deposed, is stale too); broker
+        // 1 catching up with the move before is still behind, even within
+        // the grace of the newest: it stays stale.
+        judge(&epochs, 2, &[(0, 2, 6)]);
+        assert!(matches!(
+            judge(&epochs, 1, &[(0, 3, 5)]),
+            Judgement::Stale { first: false, .. }
+        ));
+        // It caught up.
+        let caught = judge(&epochs, 1, &[(0, 2, 6)]);
+        assert_eq!(
+            caught,
+            Judgement::Current {
+                caught_up: true,
+                deposed: Vec::new()
+            }
+        );
+        assert!(!epochs.is_stale("b:1"));
+        assert_eq!(epochs.stale().len(), 1, "broker 3 until it answers");
+        judge(&epochs, 3, &[(0, 2, 6)]);
+        assert!(epochs.stale().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broker_lagging_by_a_moment_is_not_stale_and_keeps_the_newer_leader() {
+        let epochs = epochs();
+        judge(&epochs, 1, &[(0, 1, 4), (1, 2, 7)]);
+        judge(&epochs, 2, &[(0, 3, 5), (1, 2, 7)]);
+        tokio::time::advance(LAG_GRACE - Duration::from_millis(1)).await;
+        let mut lagging = answer(&[(0, 1, 4), (1, 2, 7)]);
+        let judged = epochs.judge("b:3", Some(3), Instant::now(), &mut lagging, &addrs());
+        assert_eq!(judged, current(), "broker 3 lags by a record");
+        let p0 = &lagging.topics[0].1.partitions[0];
+        assert_eq!(
+            (p0.leader, p0.leader_epoch),
+            (3, 5),
+            "the newer leader kept"
+        );
+        assert!(!epochs.is_stale("b:3"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stale_broker_is_probed_once_per_growing_step() {
+        let epochs = epochs();
+        judge(&epochs, 2, &[(0, 3, 5)]);
+        tokio::time::advance(LAG_GRACE).await;
+        assert!(matches!(
+            judge(&epochs, 1, &[(0, 1, 4)]),
+            Judgement::Stale { first: true, .. }
+        ));
+        assert!(epochs.due_probes().is_empty(), "not at once");
+        let mut probes = 0;
+        for _ in 0..40 {
+            tokio::time::advance(Duration::from_millis(50)).await;
+            probes += epochs.due_probes().len();
+        }
+        // Steps of 100, 200, 400, 800, 1000 ms (each 50-100 %) within 2 s.
+        assert!((3..=6).contains(&probes), "{probes} probes in 2 s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_broker_confirms_a_leader_as_of_its_request() {
+        let epochs = epochs();
+        let t0 = Instant::now();
+        // The leader's own answer confirms nothing.
+        judge(&epochs, 1, &[(0, 1, 4)]);
+        assert_eq!(epochs.complete_as_of("t", 0, 4, t0), None);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let confirmed = Instant::now();
+        judge(&epochs, 2, &[(0, 1, 4)]);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let read = Instant::now();
+        assert_eq!(
+            epochs.complete_as_of("t", 0, 4, read),
+            Some(confirmed),
+            "a later read: as of the confirmation"
+        );
+        assert_eq!(
+            epochs.complete_as_of("t", 0, 4, t0),
+            Some(t0),
+            "an earlier one"
+        );
+        assert_eq!(
+            epochs.complete_as_of("t", 0, 3, read),
+            None,
+            "another epoch"
+        );
+        // The leader moves: reads under the old epoch are not confirmed.
+        judge(&epochs, 2, &[(0, 3, 5)]);
+        assert_eq!(epochs.complete_as_of("t", 0, 4, read), None);
+        assert_eq!(
+            epochs.complete_as_of("t", 0, 5, read),
+            Some(read),
+            "the answer that moved it confirms the new leader"
+        );
+        epochs.clear();
+        assert_eq!(epochs.complete_as_of("t", 0, 5, read), None);
+    }
+}

@@ -1,0 +1,609 @@
+//! What the client knows of the cluster between requests, and the one place
+//! that decides what a request's outcome teaches it.
+//!
+//! Seven tables, each the only owner of its state:
+//! - [`nodes`]: per broker address, the failures since it last answered,
+//!   the reconnect backoff they earned and why the last one failed;
+//! - [`contact`]: the live connections per cluster id: while none of the
+//!   known cluster's lives, nothing remembered of it is used;
+//! - [`view`]: brokers, partition leaders and the cluster id (metadata);
+//! - [`epochs`]: the newest leader epoch of each partition any broker
+//!   reported, the brokers whose metadata is behind it (stale: not asked
+//!   for metadata, lookups or confirmations until they catch up) and the
+//!   leaders another broker confirmed;
+//! - [`coordinators`]: the coordinator of each transactional id, the suspect
+//!   brokers, and the lookups waiting or in flight;
+//! - [`describes`]: the describes waiting for their coordinator's next batch;
+//! - [`confirms`]: the confirmation stream: describe batches waiting for
+//!   another broker to confirm their coordinator, and the confirmation in
+//!   flight.
+//!
+//! Operations read the tables and hand every outcome to
+//! [`ClusterState::learn`] as a [`Lesson`]. The tables' setters are private
+//! to this module, so nothing else suspects a broker, forgets a coordinator
+//! or marks metadata stale: the rules below, as Kafka's Java client has them
+//! (`NetworkClient`, `ClusterConnectionStates`, `Metadata`, `Admin`'s
+//! `CoordinatorStrategy`), are all in [`ClusterState::learn`].
+//!
+//! | lesson | what it teaches |
+//! |---|---|
+//! | a broker answered | its failures are forgotten (logged at info if it had any); a broker that had backed off is trusted as a coordinator again |
+//! | a connection could not be opened | the reason is remembered until the broker answers, and logged: at warn for the first failure of a streak, then once a minute or when the reason changes, at debug otherwise; when retriable (refused, reset, timed out, DNS) the broker also *breaks*: it waits out a reconnect backoff (its attempts meanwhile fail with the remembered reason), metadata is refreshed before the next routed request, and its coordinators are suspect |
+//! | a request on a connection timed out, died or garbled | the broker breaks |
+//! | a broker's cluster id (a new connection's first request, or any Metadata answer) | checked before anything else: a new id clears everything learned of the old cluster |
+//! | a Metadata answer behind another broker's (a lower leader epoch) | its broker is stale: not asked for metadata, lookups or confirmations, its coordinators suspect, until an answer of it is behind nowhere; the answer is not used |
+//! | a Metadata answer that is current | the view takes it (never an older leader epoch than known); its broker is current again; the old leader of a partition it moves is stale; it confirms the leaders it names other than its own broker |
+//! | a partition request failed with a leader error (or a disconnect) | the topic's metadata is fetched afresh |
+//! | a topic's metadata is old (created, no usable leader, wanted fresh) | the same |
+//! | a long poll is overdue | metadata is refreshed before the next routed request |
+//! | FindCoordinator named a broker | the table learns it |
+//! | FindCoordinator failed for an id | the id waits out a backoff |
+//! | DescribeTransactions answered NOT_COORDINATOR (16) or COORDINATOR_NOT_AVAILABLE (15) | every id of that broker is looked up again, in one batch per backoff |
+//! | a describe batch was answered and confirmed in full | the broker is trusted as a coordinator again |
+//! | an answer was below a pair already seen | the id is forgotten and its broker suspect |
+//! | a transactional request failed to reach its coordinator or got 14–16 | the id is forgotten: that id alone is looked up again |
+
+mod confirms;
+mod contact;
+mod coordinators;
+mod describes;
+mod epochs;
+mod nodes;
+mod view;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+pub(crate) use confirms::{Confirmation, Confirms, Request as ConfirmRequest};
+use contact::Contact;
+pub(crate) use contact::Counted;
+pub(crate) use coordinators::{Answer, Coordinators};
+pub(crate) use describes::{DescribeQueues, Reply as DescribeReply, Start};
+pub use describes::{Described, TransactionDescription};
+pub(crate) use epochs::Epochs;
+use epochs::Judgement;
+pub(crate) use nodes::NodeStates;
+pub(crate) use view::{Leader, Metadata, MetadataAnswer, Refresh};
+pub use view::{PartitionMeta, TopicMeta};
+
+use super::config::{Broker, ClientConfig};
+use super::error::KafkaError;
+use super::observe::RequestObserver;
+use nodes::Loudness;
+
+/// What one request's outcome says about the cluster.
+#[derive(Debug)]
+pub(crate) enum Lesson<'a> {
+    /// `addr` answered a request (error codes in the answer included).
+    Answered { addr: &'a str },
+    /// Opening a connection to `addr` failed.
+    CannotConnect {
+        addr: &'a str,
+        error: &'a KafkaError,
+    },
+    /// A request on an open connection to `addr` failed.
+    ConnectionLost {
+        addr: &'a str,
+        error: &'a KafkaError,
+    },
+    /// The cluster id `addr` reported when a connection to it opened.
+    ClusterId { addr: &'a str, id: Option<Arc<str>> },
+    /// A Metadata answer of the broker at `from`, asked at `sent`.
+    Metadata {
+        answer: MetadataAnswer,
+        from: &'a str,
+        sent: Instant,
+    },
+    /// The metadata of `topic` is known to be old.
+    TopicStale { topic: &'a str },
+    /// A Fetch, ListOffsets or Produce of a partition of `topic` failed.
+    PartitionError {
+        topic: &'a str,
+        error: &'a KafkaError,
+    },
+    /// A long poll got no answer in time: its leader may have moved.
+    PollOverdue,
+    /// FindCoordinator named `broker` as the coordinator of `key`.
+    CoordinatorFound { key: &'a str, broker: &'a Broker },
+    /// FindCoordinator could not name the coordinator of `key`.
+    LookupFailed { key: &'a str, error: &'a KafkaError },
+    /// DescribeTransactions at `addr` answered `error` for an id.
+    DescribeFailed {
+        addr: &'a str,
+        error: &'a KafkaError,
+    },
+    /// A describe batch of `addr` was answered and confirmed in full.
+    Confirmed { addr: &'a str },
+    /// `addr` answered for `key` a pair below one already seen.
+    BelowHighWater { key: &'a str, addr: &'a str },
+    /// InitProducerId, AddPartitionsToTxn or EndTxn for `key` failed.
+    TxnFailed { key: &'a str, error: &'a KafkaError },
+}
+
+/// Everything the clones of one client know of the cluster.
+#[derive(Debug)]
+pub(crate) struct ClusterState {
+    nodes: NodeStates,
+    contact: Contact,
+    metadata: Metadata,
+    epochs: Epochs,
+    coordinators: Coordinators,
+    describes: DescribeQueues,
+    confirms: Confirms,
+    observer: Option<Arc<dyn RequestObserver>>,
+}
+
+impl ClusterState {
+    pub(crate) fn new(config: &ClientConfig) -> ClusterState {
+        ClusterState {
+            nodes: NodeStates::new(config.reconnect_backoff, config.reconnect_backoff_max),
+            contact: Contact::default(),
+            metadata: Metadata::default(),
+            epochs: Epochs::new(config.retry_backoff, config.retry_backoff_max),
+            coordinators: Coordinators::new(
+                config.retry_backoff,
+                config.retry_backoff_max,
+                config.coordinator_cache_bytes,
+            ),
+            describes: DescribeQueues::default(),
+            confirms: Confirms::default(),
+            observer: config.observer.clone(),
+        }
+    }
+
+    /// Per broker: failures and reconnect backoff.
+    pub(crate) fn nodes(&self) -> &NodeStates {
+        &self.nodes
+    }
+
+    /// Counts a connection whose broker said, as its first answer, that it
+    /// belongs to `cluster` (already adopted), until the guard is dropped.
+    pub(crate) fn connected(&self, cluster: Arc<str>) -> Counted {
+        self.contact.connected(cluster)
+    }
+
+    /// The id of the cluster the client is in contact with now: the known
+    /// one, while a connection whose broker gave that id when it opened is
+    /// alive. `None` from the loss of the last one until a new connection
+    /// has named its cluster: the cluster behind the addresses may have
+    /// been replaced meanwhile (`contact`).
+    pub(crate) fn in_contact(&self) -> Option<Arc<str>> {
+        self.metadata
+            .cluster_id()
+            .filter(|id| self.contact.live(id) > 0)
+    }
+
+    /// The cluster view.
+    pub(crate) fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    /// Leader epochs across brokers: the stale ones, the confirmed leaders.
+    pub(crate) fn epochs(&self) -> &Epochs {
+        &self.epochs
+    }
+
+    /// The instant a read of `topic`-`partition` under leader epoch `epoch`
+    /// sent at `fetched` is complete as of (see `epochs`); on a cluster that
+    /// never listed a second broker nothing can move, so `fetched`.
+    pub(crate) fn complete_as_of(
+        &self,
+        topic: &str,
+        partition: i32,
+        epoch: i32,
+        fetched: Instant,
+    ) -> Option<Instant> {
+        if !self.metadata.is_multi_broker() {
+            return Some(fetched);
+        }
+        self.epochs.complete_as_of(topic, partition, epoch, fetched)
+    }
+
+    /// The coordinator table and its lookups.
+    pub(crate) fn coordinators(&self) -> &Coordinators {
+        &self.coordinators
+    }
+
+    /// The describes waiting per coordinator.
+    pub(crate) fn describes(&self) -> &DescribeQueues {
+        &self.describes
+    }
+
+    /// The confirmation stream.
+    pub(crate) fn confirms(&self) -> &Confirms {
+        &self.confirms
+    }
+
+    /// Takes in what one outcome teaches (see the module docs).
+    pub(crate) fn learn(&self, lesson: Lesson<'_>) {
+        match lesson {
+            Lesson::Answered { addr } => {
+                if let Some(backoffs) = self.nodes.succeeded(addr) {
+                    tracing::info!(addr, "a Kafka broker that failed answers again");
+                    if backoffs > 0 {
+                        self.coordinators.trust(addr);
+                    }
+                }
+            }
+            // Not retriable: TLS trust, credentials, versions. The caller
+            // gets the error at once and nothing waits.
+            Lesson::CannotConnect { addr, error } => {
+                self.failed(addr, error, error.is_retriable());
+            }
+            Lesson::ConnectionLost { addr, error } => {
+                if matches!(
+                    error,
+                    KafkaError::Timeout { .. }
+                        | KafkaError::ConnectionClosed { .. }
+                        | KafkaError::Protocol { .. }
+                        | KafkaError::FrameTooLarge { .. }
+                ) {
+                    self.failed(addr, error, true);
+                }
+            }
+            Lesson::ClusterId { addr, id } => self.adopt_cluster(addr, id.as_ref()),
+            Lesson::Metadata {
+                mut answer,
+                from,
+                sent,
+            } => {
+                self.adopt_cluster(from, answer.cluster_id.as_ref());
+                let mut addrs: HashMap<i32, String> = self.metadata.brokers();
+                addrs.extend(answer.brokers.iter().cloned());
+                let from_id = addrs.iter().find(|(_, a)| *a == from).map(|(id, _)| *id);
+                match self.epochs.judge(from, from_id, sent, &mut answer, &addrs) {
+                    Judgement::Stale { first, why } => {
+                        if first {
+                            tracing::warn!(broker = from, reason = %why, "a Kafka broker's metadata is behind another broker's (cut off from the controller?); not asking it for metadata, coordinators or confirmations until it catches up");
+                            self.stale(from);
+                        }
+                    }
+                    Judgement::Current { caught_up, deposed } => {
+                        if caught_up {
+                            tracing::info!(
+                                broker = from,
+                                "a stale Kafka broker's metadata caught up; asking it again"
+                            );
+                            if let Some(observer) = &self.observer {
+                                observer.broker_stale(from, false);
+                            }
+                        }
+                        for (addr, why) in &deposed {
+                            tracing::info!(broker = %addr, reason = %why, "a Kafka broker lost a partition's leadership; asking it for metadata before using it again");
+                            self.stale(addr);
+                        }
+                        self.metadata.record(answer);
+                    }
+                }
+            }
+            Lesson::TopicStale { topic } => self.metadata.invalidate_topic(topic),
+            Lesson::PartitionError { topic, error } => {
+                if error.needs_metadata_refresh() {
+                    self.metadata.invalidate_topic(topic);
+                }
+            }
+            Lesson::PollOverdue => self.metadata.request_update(),
+            Lesson::CoordinatorFound { key, broker } => {
+                self.coordinators.learn(key, broker.clone());
+            }
+            Lesson::LookupFailed { key, error } => {
+                self.coordinators.lookup_failed(key, error.clone());
+            }
+            Lesson::DescribeFailed { addr, error } => {
+                if error.is_coordinator_moved() {
+                    self.coordinators.suspect(addr);
+                }
+            }
+            Lesson::Confirmed { addr } => self.coordinators.trust(addr),
+            Lesson::BelowHighWater { key, addr } => {
+                self.coordinators.forget(key);
+                self.coordinators.suspect(addr);
+            }
+            Lesson::TxnFailed { key, error } => {
+                let unreached = matches!(
+                    error,
+                    KafkaError::Connect { .. }
+                        | KafkaError::ConnectionClosed { .. }
+                        | KafkaError::Timeout { .. }
+                );
+                if unreached || error.is_coordinator_error() {
+                    self.coordinators.forget(key);
+                }
+            }
+        }
+    }
+
+    /// A cluster id a broker reported: another one than known forgets
+    /// everything learned of the old cluster.
+    fn adopt_cluster(&self, addr: &str, id: Option<&Arc<str>>) {
+        let Some((old, new)) = self.metadata.adopt_cluster(id) else {
+            return;
+        };
+        tracing::warn!(old = %old, new = %new, broker = addr, "the cluster id changed: the bootstrap servers lead to another cluster; forgetting everything learned of the old one");
+        let stale = self.epochs.stale();
+        self.epochs.clear();
+        self.coordinators.clear();
+        if let Some(observer) = &self.observer {
+            for (addr, _) in &stale {
+                observer.broker_stale(addr, false);
+            }
+            observer.cluster_changed();
+        }
+    }
+
+    /// `addr`'s metadata is behind: its coordinators are looked up again
+    /// (elsewhere), and the observer hears of it.
+    fn stale(&self, addr: &str) {
+        self.coordinators.suspect(addr);
+        if let Some(observer) = &self.observer {
+            observer.broker_stale(addr, true);
+        }
+    }
+
+    /// `addr` could not be reached: the reason is remembered and reported;
+    /// a `broken` broker waits out a reconnect backoff, metadata is
+    /// refreshed before the next routed request, and the coordinators
+    /// cached there are looked up again.
+    fn failed(&self, addr: &str, error: &KafkaError, broken: bool) {
+        let reason = match error {
+            KafkaError::Connect { reason, .. } => reason.clone(),
+            other => other.to_string(),
+        };
+        match self.nodes.failed(addr, &reason, broken) {
+            Loudness::Warn => tracing::warn!(
+                addr,
+                reason = %reason,
+                "cannot reach a Kafka broker (repeats within a minute are logged at debug)"
+            ),
+            Loudness::Quiet => {
+                tracing::debug!(addr, reason = %reason, "cannot reach a Kafka broker")
+            }
+        }
+        if broken {
+            self.metadata.request_update();
+            self.coordinators.suspect(addr);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::observe::Outcome;
+
+    #[derive(Debug, Default)]
+    struct Changes(AtomicUsize);
+
+    impl RequestObserver for Changes {
+        fn observe(&self, _: &'static str, _: Outcome, _: Duration) {}
+        fn cluster_changed(&self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn broker(addr: &str) -> Broker {
+        Broker {
+            id: 1,
+            addr: addr.to_owned(),
+        }
+    }
+
+    fn state() -> ClusterState {
+        ClusterState::new(&ClientConfig::new(["b:1"]))
+    }
+
+    fn answer(cluster: &str) -> MetadataAnswer {
+        MetadataAnswer::of_t(cluster, &[(1, "b:1")], &[])
+    }
+
+    /// `answer` as broker `from` gave it, asked now.
+    fn learn_metadata(state: &ClusterState, from: &str, answer: MetadataAnswer) {
+        state.learn(Lesson::Metadata {
+            answer,
+            from,
+            sent: Instant::now(),
+        });
+    }
+
+    /// An answer of cluster "a" listing brokers 1-3 (`b:<id>`) and topic
+    /// "t" with `partitions` as (index, leader, epoch).
+    fn led(partitions: &[(i32, i32, i32)]) -> MetadataAnswer {
+        MetadataAnswer::of_t("a", &[(1, "b:1"), (2, "b:2"), (3, "b:3")], partitions)
+    }
+
+    #[tokio::test]
+    async fn another_cluster_id_forgets_what_was_learned_of_the_old_one() {
+        let changes = Arc::new(Changes::default());
+        let mut config = ClientConfig::new(["b:1"]);
+        config.observer = Some(changes.clone());
+        let state = ClusterState::new(&config);
+        learn_metadata(&state, "b:1", answer("a"));
+        let b1 = broker("b:1");
+        state.learn(Lesson::CoordinatorFound {
+            key: "r",
+            broker: &b1,
+        });
+        learn_metadata(&state, "b:1", answer("a"));
+        state.learn(Lesson::ClusterId {
+            addr: "b:1",
+            id: Some("a".into()),
+        });
+        assert_eq!(changes.0.load(Ordering::SeqCst), 0);
+        assert!(state.coordinators.weighted_size() > 0);
+
+        // A new connection's first answer names another cluster.
+        state.learn(Lesson::ClusterId {
+            addr: "b:1",
+            id: Some("b".into()),
+        });
+        assert_eq!(changes.0.load(Ordering::SeqCst), 1, "counted once");
+        assert_eq!(state.coordinators.weighted_size(), 0, "its coordinators");
+        assert!(state.metadata.topic("t").is_none(), "its topics");
+        learn_metadata(&state, "b:1", answer("b"));
+        assert_eq!(changes.0.load(Ordering::SeqCst), 1);
+        learn_metadata(&state, "b:1", answer("a"));
+        assert_eq!(changes.0.load(Ordering::SeqCst), 2, "and back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broker_behind_another_is_asked_nothing_until_it_catches_up() {
+        let state = state();
+        learn_metadata(&state, "b:2", led(&[(0, 1, 4)]));
+        let b1 = broker("b:1");
+        state.learn(Lesson::CoordinatorFound {
+            key: "r",
+            broker: &b1,
+        });
+        // Broker 2 learns that broker 3 leads now: broker 1 was deposed.
+        learn_metadata(&state, "b:2", led(&[(0, 3, 5)]));
+        assert!(state.epochs.is_stale("b:1"));
+        assert!(state.coordinators.is_suspect("b:1"), "its coordinators");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        // Broker 1, cut off, still names itself: its answer is not used.
+        learn_metadata(&state, "b:1", led(&[(0, 1, 4)]));
+        let p = &state.metadata.topic("t").unwrap().partitions[0];
+        assert_eq!((p.leader, p.leader_epoch), (3, 5));
+        assert!(state.epochs.is_stale("b:1"));
+        // Caught up.
+        learn_metadata(&state, "b:1", led(&[(0, 3, 5)]));
+        assert!(!state.epochs.is_stale("b:1"));
+        // Another cluster forgets the epochs: its lower ones are current.
+        state.learn(Lesson::ClusterId {
+            addr: "b:2",
+            id: Some("z".into()),
+        });
+        let mut fresh = led(&[(0, 1, 0)]);
+        fresh.cluster_id = Some("z".into());
+        learn_metadata(&state, "b:1", fresh);
+        assert!(!state.epochs.is_stale("b:1"));
+        let p = &state.metadata.topic("t").unwrap().partitions[0];
+        assert_eq!((p.leader, p.leader_epoch), (1, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broken_broker_backs_off_and_is_suspect_until_it_answers() {
+        let state = state();
+        let refused = KafkaError::Connect {
+            addr: "b:1".into(),
+            reason: "Connection refused (os error 111)".into(),
+        };
+        state.learn(Lesson::CannotConnect {
+            addr: "b:1",
+            error: &refused,
+        });
+        let blocked = state.nodes.blocked("b:1").expect("backs off");
+        assert_eq!(blocked.reason, "Connection refused (os error 111)");
+        assert!(state.coordinators.is_suspect("b:1"));
+        state.learn(Lesson::Answered { addr: "b:1" });
+        assert!(state.nodes.blocked("b:1").is_none());
+        assert!(!state.coordinators.is_suspect("b:1"), "trusted again");
+
+        let timeout = KafkaError::Timeout {
+            api: "Metadata",
+            addr: "b:2".into(),
+            after: Duration::from_secs(5),
+        };
+        state.learn(Lesson::ConnectionLost {
+            addr: "b:2",
+            error: &timeout,
+        });
+        assert!(state.nodes.is_blocked("b:2") && state.coordinators.is_suspect("b:2"));
+    }
+
+    #[tokio::test]
+    async fn a_refused_set_up_breaks_nothing() {
+        let state = state();
+        let tls = KafkaError::Tls("handshake with b:1 failed: UnknownIssuer".into());
+        state.learn(Lesson::CannotConnect {
+            addr: "b:1",
+            error: &tls,
+        });
+        assert!(!state.nodes.is_blocked("b:1"));
+        assert!(!state.coordinators.is_suspect("b:1"));
+        assert_eq!(
+            state.nodes.succeeded("b:1"),
+            Some(0),
+            "but it is remembered"
+        );
+    }
+
+    #[tokio::test]
+    async fn not_coordinator_suspects_the_broker_and_other_describe_errors_do_not() {
+        let state = state();
+        for (code, suspect) in [(51, false), (14, false), (16, true)] {
+            let error = KafkaError::broker("DescribeTransactions", code, None);
+            state.learn(Lesson::DescribeFailed {
+                addr: "b:1",
+                error: &error,
+            });
+            assert_eq!(state.coordinators.is_suspect("b:1"), suspect, "{code}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_transactional_request_forgets_its_coordinator_only_when_it_may_have_moved() {
+        let state = state();
+        let b1 = broker("b:1");
+        let closed = KafkaError::ConnectionClosed {
+            addr: "b:1".into(),
+            reason: "reset".into(),
+        };
+        let cases = [
+            (KafkaError::broker("EndTxn", 51, None), false),
+            (KafkaError::broker("EndTxn", 47, None), false),
+            (KafkaError::broker("EndTxn", 14, None), true),
+            (KafkaError::broker("EndTxn", 16, None), true),
+            (closed, true),
+        ];
+        for (error, forgets) in cases {
+            state.learn(Lesson::CoordinatorFound {
+                key: "r",
+                broker: &b1,
+            });
+            state.learn(Lesson::TxnFailed {
+                key: "r",
+                error: &error,
+            });
+            assert_eq!(state.coordinators.cached("r").is_none(), forgets, "{error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stale_answer_forgets_the_id_and_suspects_its_broker() {
+        let state = state();
+        let b1 = broker("b:1");
+        state.learn(Lesson::CoordinatorFound {
+            key: "r",
+            broker: &b1,
+        });
+        state.learn(Lesson::BelowHighWater {
+            key: "r",
+            addr: "b:1",
+        });
+        assert!(state.coordinators.cached("r").is_none());
+        assert!(state.coordinators.is_suspect("b:1"));
+        state.learn(Lesson::Confirmed { addr: "b:1" });
+        assert!(!state.coordinators.is_suspect("b:1"));
+    }
+
+    #[tokio::test]
+    async fn only_leader_errors_and_disconnects_send_a_topic_back_to_metadata() {
+        let state = state();
+        for (error, refresh) in [
+            (KafkaError::broker("Fetch", 74, None), true),
+            (KafkaError::broker("Fetch", 1, None), false),
+        ] {
+            learn_metadata(&state, "b:1", answer("a"));
+            state.learn(Lesson::PartitionError {
+                topic: "t",
+                error: &error,
+            });
+            assert_eq!(state.metadata.topic("t").is_none(), refresh, "{error}");
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! The coordination topic: create it compacted when missing, read its
+//! partition count, and refuse one that is not compacted.
+
+use std::time::Duration;
+
+use kafka_protocol::messages::{
+    CreateTopicsRequest, CreateTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    TopicName,
+    create_topics_request::{CreatableTopic, CreatableTopicConfig},
+    describe_configs_request::DescribeConfigsResource,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::client::KafkaClient;
+use super::error::{KafkaError, ResponseError};
+use super::state::Lesson;
+
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+
+/// How to create the coordination topic when it is missing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicSpec {
+    /// The partition count.
+    pub partitions: i32,
+    /// The replication factor; -1 takes the broker default.
+    pub replication_factor: i16,
+    /// Extra topic configs (`cleanup.policy=compact` is always set).
+    pub configs: Vec<(String, String)>,
+}
+
+impl Default for TopicSpec {
+    fn default() -> Self {
+        TopicSpec {
+            partitions: 16,
+            replication_factor: -1,
+            configs: Vec::new(),
+        }
+    }
+}
+
+fn topic_err(topic: &str, reason: impl Into<String>) -> KafkaError {
+    KafkaError::Topic {
+        topic: topic.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// A DescribeConfigs of one key of one resource.
+fn build_describe_config(kind: i8, name: &str, key: &str) -> DescribeConfigsRequest {
+    DescribeConfigsRequest::default().with_resources(vec![
+        DescribeConfigsResource::default()
+            .with_resource_type(kind)
+            .with_resource_name(StrBytes::from_string(name.to_owned()))
+            .with_configuration_keys(Some(vec![StrBytes::from_string(key.to_owned())])),
+    ])
+}
+
+/// The value of `key` in a DescribeConfigs answer of one resource, or its
+/// error; `None` when the resource has no such key.
+fn parse_describe_config(
+    response: DescribeConfigsResponse,
+    key: &str,
+) -> Result<Option<String>, KafkaError> {
+    let Some(result) = response.results.into_iter().next() else {
+        return Ok(None);
+    };
+    if result.error_code != 0 {
+        return Err(KafkaError::broker(
+            "DescribeConfigs",
+            result.error_code,
+            result.error_message.map(|m| m.to_string()),
+        ));
+    }
+    Ok(result
+        .configs
+        .iter()
+        .find(|c| c.name.as_str() == key)
+        .and_then(|c| c.value.as_ref())
+        .map(|v| v.to_string()))
+}
+
+/// A CreateTopics of `topic` as `spec` says, compacted whatever it says.
+fn build_create_topic(topic: &str, spec: &TopicSpec, timeout: Duration) -> CreateTopicsRequest {
+    let mut configs = vec![("cleanup.policy".to_owned(), "compact".to_owned())];
+    configs.extend(
+        spec.configs
+            .iter()
+            .filter(|(k, _)| k != "cleanup.policy")
+            .cloned(),
+    );
+    CreateTopicsRequest::default()
+        .with_timeout_ms(i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX))
+        .with_topics(vec![
+            CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_num_partitions(spec.partitions)
+                .with_replication_factor(spec.replication_factor)
+                .with_configs(
+                    configs
+                        .into_iter()
+                        .map(|(k, v)| {
+                            CreatableTopicConfig::default()
+                                .with_name(StrBytes::from_string(k))
+                                .with_value(Some(StrBytes::from_string(v)))
+                        })
+                        .collect(),
+                ),
+        ])
+}
+
+/// Whether a CreateTopics answer leaves `topic` existing.
+fn parse_create_topic(response: CreateTopicsResponse, topic: &str) -> Result<(), KafkaError> {
+    let result = response
+        .topics
+        .into_iter()
+        .next()
+        .ok_or_else(|| topic_err(topic, "CreateTopics answered nothing"))?;
+    match result.error_code {
+        code if code == 0 || code == ResponseError::TopicAlreadyExists.code() => Ok(()),
+        code => Err(KafkaError::broker(
+            "CreateTopics",
+            code,
+            result.error_message.map(|m| m.to_string()),
+        )),
+    }
+}
+
+impl KafkaClient {
+    /// The partition count of `topic` from fresh metadata; an error when the
+    /// topic does not exist.
+    pub async fn partition_count(&self, topic: &str) -> Result<i32, KafkaError> {
+        self.state().learn(Lesson::TopicStale { topic });
+        let meta = self.topic_metadata(topic).await?;
+        match meta.error {
+            0 if !meta.partitions.is_empty() => Ok(meta.partitions.len() as i32),
+            code if code == 0 || code == ResponseError::UnknownTopicOrPartition.code() => {
+                Err(topic_err(topic, "does not exist"))
+            }
+            code => Err(KafkaError::broker("Metadata", code, Some(topic.to_owned()))),
+        }
+    }
+
+    /// The topic's `cleanup.policy`, asked of any broker.
+    pub async fn cleanup_policy(&self, topic: &str) -> Result<String, KafkaError> {
+        self.retrying("describe configs", || async move {
+            let request = build_describe_config(RESOURCE_TOPIC, topic, "cleanup.policy");
+            let (response, _) = self.send_any(&request, &[]).await?;
+            if response.results.is_empty() {
+                return Err(topic_err(topic, "DescribeConfigs answered nothing"));
+            }
+            let policy = parse_describe_config(response, "cleanup.policy")?;
+            Ok(policy.unwrap_or_else(|| "delete".to_owned()))
+        })
+        .await
+    }
+
+    /// One broker-level config value (e.g. `transaction.max.timeout.ms`).
+    /// A broker's own config is asked of that broker: the least loaded one
+    /// that is up, and another one when it fails.
+    pub async fn broker_config(&self, key: &str) -> Result<Option<String>, KafkaError> {
+        if self.brokers().is_empty() {
+            self.refresh_metadata(&[]).await?;
+        }
+        self.retrying("describe broker config", || async move {
+            let brokers = self.brokers();
+            let (id, addr) = self
+                .brokers_by_load(&[])
+                .into_iter()
+                .find_map(|addr| {
+                    let id = brokers.iter().find(|(_, a)| **a == addr)?.0;
+                    Some((*id, addr))
+                })
+                .ok_or_else(|| KafkaError::Connect {
+                    addr: "the cluster".into(),
+                    reason: "no broker known".into(),
+                })?;
+            let request = build_describe_config(RESOURCE_BROKER, &id.to_string(), key);
+            let response = self.send_to(&addr, &request).await?;
+            parse_describe_config(response, key)
+        })
+        .await
+    }
+
+    /// Refuses a topic whose cleanup policy would delete records: retention
+    /// would forget registrations and leases, and with them the join order.
+    pub async fn check_compacted(&self, topic: &str) -> Result<(), KafkaError> {
+        let policy = match self.cleanup_policy(topic).await {
+            Ok(policy) => policy,
+            // A reader with least privilege (Read and Describe on the topic)
+            // may not DescribeConfigs; it cannot check, and need not refuse.
+            Err(e)
+                if e.is(ResponseError::TopicAuthorizationFailed)
+                    || e.is(ResponseError::ClusterAuthorizationFailed) =>
+            {
+                tracing::warn!(topic, error = %e, "cannot read the topic's cleanup.policy (no DescribeConfigs permission); assuming compact");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let parts: Vec<&str> = policy.split(',').map(str::trim).collect();
+        if parts.contains(&"compact") && !parts.contains(&"delete") {
+            Ok(())
+        } else {
+            Err(topic_err(
+                topic,
+                format!(
+                    "has cleanup.policy={policy}; it must be compact (set cleanup.policy=compact)"
+                ),
+            ))
+        }
+    }
+
+    /// Creates `topic` compacted when it is missing, then checks that it is
+    /// compacted and returns its partition count.
+    pub async fn ensure_topic(&self, topic: &str, spec: &TopicSpec) -> Result<i32, KafkaError> {
+        match self.partition_count(topic).await {
+            Ok(_) => {}
+            Err(KafkaError::Topic { .. }) => self.create_topic(topic, spec).await?,
+            Err(e) => return Err(e),
+        }
+        self.check_compacted(topic).await?;
+        // A new topic's metadata shows up a moment after creation.
+        self.retrying("topic metadata", || async move {
+            match self.partition_count(topic).await {
+                Err(KafkaError::Topic { .. }) => Err(KafkaError::Broker {
+                    api: "Metadata",
+                    error: ResponseError::UnknownTopicOrPartition,
+                    message: None,
+                }),
+                other => other,
+            }
+        })
+        .await
+    }
+
+    async fn create_topic(&self, topic: &str, spec: &TopicSpec) -> Result<(), KafkaError> {
+        let request = build_create_topic(topic, spec, self.config().request_timeout);
+        self.retrying("create topic", || async {
+            let (response, _) = self.send_any(&request, &[]).await?;
+            parse_create_topic(response, topic)
+        })
+        .await?;
+        tracing::info!(
+            topic,
+            partitions = spec.partitions,
+            "created the coordination topic"
+        );
+        self.state().learn(Lesson::TopicStale { topic });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::describe_configs_response::{
+        DescribeConfigsResourceResult, DescribeConfigsResult,
+    };
+
+    use super::*;
+
+    #[test]
+    fn a_created_topic_is_compacted_whatever_the_spec_says() {
+        let spec = TopicSpec {
+            partitions: 4,
+            replication_factor: 3,
+            configs: vec![
+                ("cleanup.policy".into(), "delete".into()),
+                ("min.insync.replicas".into(), "2".into()),
+            ],
+        };
+        let request = build_create_topic("t", &spec, Duration::from_secs(5));
+        let topic = &request.topics[0];
+        assert_eq!((topic.num_partitions, topic.replication_factor), (4, 3));
+        let configs: Vec<(&str, &str)> = topic
+            .configs
+            .iter()
+            .map(|c| (c.name.as_str(), c.value.as_ref().unwrap().as_str()))
+            .collect();
+        assert_eq!(
+            configs,
+            [("cleanup.policy", "compact"), ("min.insync.replicas", "2")]
+        );
+    }
+
+    #[test]
+    fn a_config_answer_gives_the_value_none_or_the_error() {
+        let answer = |code: i16, value: Option<&'static str>| {
+            DescribeConfigsResponse::default().with_results(vec![
+                DescribeConfigsResult::default()
+                    .with_error_code(code)
+                    .with_configs(vec![
+                        DescribeConfigsResourceResult::default()
+                            .with_name(StrBytes::from_static_str("cleanup.policy"))
+                            .with_value(value.map(StrBytes::from_static_str)),
+                    ]),
+            ])
+        };
+        let policy = parse_describe_config(answer(0, Some("compact")), "cleanup.policy");
+        assert_eq!(policy, Ok(Some("compact".to_owned())));
+        assert_eq!(
+            parse_describe_config(answer(0, None), "cleanup.policy"),
+            Ok(None)
+        );
+        assert_eq!(
+            parse_describe_config(answer(0, Some("x")), "other"),
+            Ok(None)
+        );
+        let denied = parse_describe_config(answer(29, None), "cleanup.policy");
+        assert_eq!(denied.unwrap_err().code(), Some(29));
+    }
+}
