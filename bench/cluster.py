@@ -860,7 +860,7 @@ def render_price(results):
 
 On a cluster that ever listed more than one broker, the service of this
 commit uses a coordinator's DescribeTransactions answer only when another
-broker confirms it (see `crates/krabka-kafka/src/describe.rs`); the build before does not.
+broker confirms it (see `crates/krabka-kafka/src/describe/`); the build before does not.
 Both services run side by side against the same cluster and roles; wrk
 rotates over the {results['roles']:,} checks as in *Authority checks*. After {WARM_S} s of
 unmeasured load on each build, each concurrency has four alternating runs

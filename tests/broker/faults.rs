@@ -3,8 +3,6 @@
 //! hole, a half-open connection), and a broker crash with `kill -9`: the
 //! service answers 503 within its timeout and never a stale 200, turns not
 //! ready, and is right again within 5 s of healing, without a restart.
-// SO_LINGER 0 is how the proxy sends RST; it does not block on close.
-#![allow(deprecated)]
 
 use std::net::TcpListener as StdListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -60,7 +58,7 @@ impl FaultProxy {
             while let Ok((client, _)) = listener.accept().await {
                 let current = *m.borrow();
                 if current == Mode::Reset {
-                    let _ = client.set_linger(Some(Duration::ZERO));
+                    let _ = client.set_zero_linger();
                     drop(client);
                     continue;
                 }
@@ -109,8 +107,8 @@ async fn pipe(client: TcpStream, server: TcpStream, mut mode: watch::Receiver<Mo
             Mode::Reset => {
                 // RST both ways: linger 0 on close.
                 if let (Ok(c), Ok(s)) = (cr.reunite(cw), sr.reunite(sw)) {
-                    let _ = c.set_linger(Some(Duration::ZERO));
-                    let _ = s.set_linger(Some(Duration::ZERO));
+                    let _ = c.set_zero_linger();
+                    let _ = s.set_zero_linger();
                 }
                 return;
             }

@@ -31,7 +31,7 @@ use krabka_authority::transport::Coordinator;
 use tokio::time::Instant;
 
 use crate::faults::{FaultProxy, Mode};
-use crate::support::broker::{OwnBroker, config_for, kafka_script, topic_on};
+use crate::support::broker::{OwnBroker, config_for, kafka_script, kafka_tool, topic_on};
 use crate::support::process::binary;
 use crate::support::service::{config, metric, start};
 use crate::support::{http_client, unique};
@@ -286,36 +286,22 @@ impl Mount {
 /// Sets one of the broker's dynamic settings with Kafka's ConfigCommand
 /// (`kafka.admin` in 3.x-4.1, `org.apache.kafka.tools` later).
 fn alter_broker(plaintext: &str, setting: &str) {
-    let lib = kafka_script(&["provision"]);
-    let run = |class: &str| {
-        Command::new("java")
-            .args([
-                "-cp",
-                &format!("{lib}/*"),
-                class,
-                "--bootstrap-server",
-                plaintext,
-            ])
-            .args([
-                "--entity-type",
-                "brokers",
-                "--entity-name",
-                "1",
-                "--alter",
-                "--add-config",
-                setting,
-            ])
-            .output()
-            .unwrap()
-    };
-    let mut out = run("kafka.admin.ConfigCommand");
-    if String::from_utf8_lossy(&out.stderr).contains("ClassNotFoundException") {
-        out = run("org.apache.kafka.tools.ConfigCommand");
-    }
-    assert!(
-        out.status.success(),
-        "ConfigCommand {setting}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    kafka_tool(
+        &[
+            "kafka.admin.ConfigCommand",
+            "org.apache.kafka.tools.ConfigCommand",
+        ],
+        &[
+            "--bootstrap-server",
+            plaintext,
+            "--entity-type",
+            "brokers",
+            "--entity-name",
+            "1",
+            "--alter",
+            "--add-config",
+            setting,
+        ],
     );
 }
 

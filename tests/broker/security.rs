@@ -2,7 +2,7 @@
 //! the test; API bearer tokens; secrets kept out of logs and answers.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,7 @@ use krabka_authority::leadership::acquire;
 use krabka_authority::service::ServiceConfig;
 
 use crate::support::broker::{
-    OwnBroker, bootstrap, config_for, kafka_script, topic, topic_on, transport,
+    OwnBroker, bootstrap, config_for, kafka_script, kafka_tool, topic, topic_on, transport,
 };
 use crate::support::leadership::fast_options;
 use crate::support::process::{Process, binary, free_port};
@@ -623,29 +623,14 @@ async fn bearer_tokens_guard_the_api_and_say_nothing_about_roles() {
 /// Adds an ACL through Kafka's own AclCommand on the PLAINTEXT listener
 /// (`org.apache.kafka.tools` from 4.0, `kafka.admin` in 3.x).
 fn acl(plaintext: &str, args: &[&str]) {
-    let lib = kafka_script(&["provision"]);
-    let run = |class: &str| {
-        Command::new("java")
-            .args([
-                "-cp",
-                &format!("{lib}/*"),
-                class,
-                "--bootstrap-server",
-                plaintext,
-                "--add",
-            ])
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let mut out = run("org.apache.kafka.tools.AclCommand");
-    if String::from_utf8_lossy(&out.stderr).contains("ClassNotFoundException") {
-        out = run("kafka.admin.AclCommand");
-    }
-    assert!(
-        out.status.success(),
-        "AclCommand {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let mut all = vec!["--bootstrap-server", plaintext, "--add"];
+    all.extend_from_slice(args);
+    kafka_tool(
+        &[
+            "org.apache.kafka.tools.AclCommand",
+            "kafka.admin.AclCommand",
+        ],
+        &all,
     );
 }
 

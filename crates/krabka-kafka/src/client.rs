@@ -42,7 +42,7 @@ use super::connection::{ConnSettings, Connection};
 use super::error::KafkaError;
 use super::observe::{Outcome, RequestObserver};
 use super::security::authenticate;
-use super::state::{ClusterState, Lesson};
+use super::state::{Candidate, ClusterState, Lesson, Link, rank};
 use super::tls::{Tls, server_name};
 use super::versions::api_name;
 use krabka_coordination::sync::lock;
@@ -310,53 +310,50 @@ impl KafkaClient {
         result
     }
 
+    /// What the client knows of each of `brokers` (item, address) for
+    /// `state::ranking`.
+    pub(crate) fn candidates<T>(&self, brokers: Vec<(T, String)>) -> Vec<Candidate<T>> {
+        let (nodes, epochs) = (self.state().nodes(), self.state().epochs());
+        let slow = self.state().confirms().busy();
+        let slots = lock(&self.pool.slots);
+        brokers
+            .into_iter()
+            .map(|(item, addr)| {
+                let link = match slots.get(&addr).map(|s| s.try_lock()) {
+                    // Someone is connecting: may be a hung broker.
+                    Some(Err(_)) => Link::Connecting,
+                    Some(Ok(conn)) => match conn.as_ref().filter(|c| !c.is_closed()) {
+                        Some(c) => Link::Live {
+                            in_flight: c.in_flight(),
+                        },
+                        None => Link::Closed,
+                    },
+                    None => Link::Closed,
+                };
+                Candidate {
+                    link,
+                    failures: nodes.failures(&addr),
+                    blocked: nodes.is_blocked(&addr),
+                    stale: epochs.is_stale(&addr),
+                    slow: slow.contains(&addr),
+                    item,
+                }
+            })
+            .collect()
+    }
+
     /// Broker addresses in the order to ask them for a request any broker
-    /// can answer, as Java's `leastLoadedNode` ranks them: brokers with a
-    /// live connection first, the fewest requests in flight first; then
-    /// brokers not connected yet, then those being connected to, then those
-    /// whose reconnect backoff ended without an answer since (a hung broker
-    /// accepts connections and answers nothing: asked first, it would cost
-    /// every request a hedge delay), and brokers in reconnect backoff last;
-    /// ties in random order so load spreads. Stale brokers (metadata behind
-    /// another broker's) are left out. The bootstrap list stands in until
-    /// metadata names the brokers.
+    /// can answer (`state::ranking`), never `exclude`. The bootstrap list
+    /// stands in until metadata names the brokers.
     pub(crate) fn brokers_by_load(&self, exclude: &[&str]) -> Vec<String> {
         let mut addrs: Vec<String> = self.state().metadata().broker_addrs();
         if addrs.is_empty() {
             addrs = self.shared.config.bootstrap.clone();
         }
-        let epochs = self.state().epochs();
-        addrs.retain(|a| !exclude.contains(&a.as_str()) && !epochs.is_stale(a));
+        addrs.retain(|a| !exclude.contains(&a.as_str()));
         addrs.sort();
         addrs.dedup();
-        let slots = lock(&self.pool.slots);
-        let mut ranked: Vec<((u8, usize, u32), String)> = addrs
-            .into_iter()
-            .map(|addr| {
-                let nodes = self.state().nodes();
-                let unconnected = || {
-                    if nodes.is_blocked(&addr) {
-                        (4, 0)
-                    } else if nodes.failures(&addr) > 0 {
-                        (3, 0)
-                    } else {
-                        (1, 0)
-                    }
-                };
-                let load = match slots.get(&addr).map(|s| s.try_lock()) {
-                    // Someone is connecting: may be a hung broker.
-                    Some(Err(_)) => (2, 0),
-                    Some(Ok(conn)) => match conn.as_ref().filter(|c| !c.is_closed()) {
-                        Some(c) => (0, c.in_flight()),
-                        None => unconnected(),
-                    },
-                    None => unconnected(),
-                };
-                ((load.0, load.1, rand::random::<u32>()), addr)
-            })
-            .collect();
-        ranked.sort();
-        ranked.into_iter().map(|(_, addr)| addr).collect()
+        rank(self.candidates(addrs.into_iter().map(|a| (a.clone(), a)).collect()))
     }
 
     /// Sends a request any broker can answer (never `exclude`) and returns

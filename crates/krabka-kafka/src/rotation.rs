@@ -256,6 +256,48 @@ async fn a_bad_new_file_keeps_the_previous_material_and_says_so() {
     assert_eq!(logs.lines("WARN", "keep the previous material").len(), 2);
 }
 
+/// A broker reloading its listener resets handshakes in flight (CI saw it
+/// on a real broker during a CA move): that is a connection failure to
+/// retry, not a refusal of this client's TLS material.
+#[tokio::test]
+async fn a_handshake_the_broker_cuts_is_a_connection_failure_to_retry_not_a_refusal() {
+    let ca = Ca::new("CA");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            // Read the ClientHello, then reset: RST, no TLS alert.
+            let mut hello = [0; 64];
+            let _ = stream.readable().await;
+            let _ = stream.try_read(&mut hello);
+            let _ = stream.set_zero_linger();
+            drop(stream);
+        }
+    });
+    let mount = SecretMount::new(&[("ca.crt", ca.pem.as_bytes())]);
+    let mut config = ClientConfig::new([addr.as_str()]);
+    config.security = Security {
+        tls: Some(tls_config(&mount, false)),
+        sasl: None,
+    };
+    let client = KafkaClient::new(config).unwrap();
+    let cut = connect(&client, &addr).await.unwrap_err();
+    assert!(
+        matches!(cut, KafkaError::Connect { .. }) && cut.is_retriable() && !cut.is_access_error(),
+        "{cut:?}"
+    );
+    // A broker whose certificate is not trusted is still a refusal.
+    let other = Ca::new("other CA");
+    let broker = FakeBroker::start_tls(metadata_only(), server_tls(&other, None)).await;
+    let refused = connect(&client_of(&broker, tls_config(&mount, false)), &broker.addr)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, KafkaError::Tls(_)) && refused.is_access_error(),
+        "{refused:?}"
+    );
+}
+
 #[test]
 fn an_ended_certificate_or_a_mismatched_key_is_refused_at_start_naming_the_file() {
     let ca = Ca::new("CA");

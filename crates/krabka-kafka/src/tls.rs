@@ -147,9 +147,24 @@ impl Tls {
         }
     }
 
-    /// The error of a failed handshake with `addr`: a client certificate
-    /// that ended is named, as the likely cause.
+    /// The error of a failed handshake with `addr`. A TLS error (an alert,
+    /// a certificate refused) is one retrying cannot fix, and a client
+    /// certificate that ended is named as its likely cause; a handshake the
+    /// peer cut without one (a reset, an end of stream: a broker reloading
+    /// its listener) is a connection failure that a retry may get past, as
+    /// Kafka's Java client treats an `IOException` in
+    /// `SslTransportLayer.handshake` (a disconnect, not an
+    /// `SslAuthenticationException`).
     pub(crate) fn handshake_error(&self, addr: &str, error: &std::io::Error) -> KafkaError {
+        let refused = error
+            .get_ref()
+            .is_some_and(|inner| inner.is::<rustls::Error>());
+        if !refused {
+            return KafkaError::Connect {
+                addr: addr.to_string(),
+                reason: format!("TLS handshake cut: {error}"),
+            };
+        }
         let ended = read(&self.material)
             .client_not_after
             .filter(|end| *end <= SystemClock.now_ms());

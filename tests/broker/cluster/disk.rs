@@ -27,10 +27,10 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::samples::Sampler;
+use super::samples::{Sampler, first_naming, oldest};
 use crate::support::cluster::{
-    Holders, Known, Members, Scene, assert_sound, cluster, cluster_topic, coordinator_id,
-    exclusive, takeover, unavailable,
+    Holders, Known, Members, Scene, assert_sound, cluster, cluster_topic, exclusive,
+    role_led_by_its_coordinator, takeover, unavailable,
 };
 use crate::support::{http_client, repo, unique};
 
@@ -275,14 +275,7 @@ async fn the_disk_of_a_roles_coordinator_and_leader_frozen_for_30_seconds() {
     let topic = cluster_topic(partitions).await;
     let client = cluster().client();
     // R: coordinated by the leader of its own partition.
-    let (role, x) = loop {
-        let role = unique("disk-r");
-        let coordinator = coordinator_id(&client, &role).await;
-        let p = role_partition(&role, partitions).unwrap();
-        if client.partition_leader(&topic, p).await.unwrap() == coordinator {
-            break (role, coordinator);
-        }
-    };
+    let (role, x) = role_led_by_its_coordinator(&client, &topic, partitions, "disk-r").await;
     let partition = role_partition(&role, partitions).unwrap();
     let mut roles = vec![role.clone()];
     roles.extend((0..3).map(|i| format!("{}-{i}", unique("disk-s"))));
@@ -361,17 +354,8 @@ async fn the_disk_of_a_roles_coordinator_and_leader_frozen_for_30_seconds() {
     let service_right = right_again(&probed, thawed_ms, truth);
     let java_right = right_again(&java, thawed_ms, truth);
     let outages = unavailable(&answers, frozen);
-    let oldest = samples
-        .iter()
-        .filter(|s| s.at >= frozen && s.at < thawed)
-        .map(|s| s.age_ms)
-        .max()
-        .unwrap_or(0);
-    let named = ready
-        .iter()
-        .filter(|r| r.status == 503 && r.reason.contains(&format!("partition {partition}")))
-        .map(|r| r.at)
-        .min();
+    let oldest = oldest(&samples, frozen, thawed);
+    let named = first_naming(&ready, partition);
     let since_thaw =
         |at: Option<i64>| at.map(|ms| Duration::from_millis((ms - thawed_ms).max(0) as u64));
     eprintln!(

@@ -28,7 +28,8 @@ use tokio::time::Instant;
 use super::samples::{BrokerWatch, Sampler, honesty, since_stale};
 use crate::support::cluster::{
     BROKER_REQUEST_TIMEOUT, Known, LEASE, Load, Members, SESSION_TIMEOUT, Scene, assert_sound,
-    cluster, cluster_topic, coordinator_id, exclusive, service_config, takeover, unavailable,
+    cluster, cluster_topic, coordinator_id, exclusive, role_led_by_its_coordinator, service_config,
+    takeover, unavailable,
 };
 use crate::support::service::start;
 use crate::support::unique;
@@ -50,14 +51,7 @@ async fn a_broker_cut_from_the_controller_while_it_coordinates_and_leads_a_held_
     let topic = cluster_topic(partitions).await;
     let client = cluster().client();
     // R: coordinated by the leader of its own partition.
-    let (role, x) = loop {
-        let role = unique("cut-r");
-        let coordinator = coordinator_id(&client, &role).await;
-        let p = role_partition(&role, partitions).unwrap();
-        if client.partition_leader(&topic, p).await.unwrap() == coordinator {
-            break (role, coordinator);
-        }
-    };
+    let (role, x) = role_led_by_its_coordinator(&client, &topic, partitions, "cut-r").await;
     // S: the same partition, coordinated elsewhere.
     let p = role_partition(&role, partitions).unwrap();
     let companion = loop {

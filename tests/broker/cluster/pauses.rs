@@ -8,7 +8,7 @@ use krabka_authority::coordination::role_partition;
 use krabka_authority::kafka::{ClientConfig, KafkaClient};
 use tokio::time::Instant;
 
-use super::samples::{Sampler, ViewSample, honesty};
+use super::samples::{Sampler, ViewSample, first_naming, honesty, oldest};
 use crate::support::cluster::{
     Answer, CONTROLLER, ROSTER_TTL, Scene, assert_sound, cluster, exclusive, unavailable,
 };
@@ -173,17 +173,8 @@ async fn the_leader_of_a_watched_partition_paused_for_20_seconds() {
         })
         .map(|s| format!("{:?} into the pause: {} ms", s.at - paused, s.age_ms))
         .collect();
-    let oldest = samples
-        .iter()
-        .filter(|s| s.at >= paused && s.at < resumed)
-        .map(|s| s.age_ms)
-        .max()
-        .unwrap_or(0);
-    let named = ready
-        .iter()
-        .filter(|r| r.status == 503 && r.reason.contains(&format!("partition {partition}")))
-        .map(|r| r.at)
-        .min();
+    let oldest = oldest(&samples, paused, resumed);
+    let named = first_naming(&ready, partition);
     // Fresh again from the new leader while the old one is still paused.
     let settle = moved + Duration::from_secs(5);
     let fresh_again: Vec<&ViewSample> = samples

@@ -34,6 +34,25 @@ pub(super) struct ReadySample {
     pub(super) reason: String,
 }
 
+/// The oldest view `samples` showed in `[from, to)`, in ms.
+pub(super) fn oldest(samples: &[ViewSample], from: Instant, to: Instant) -> u64 {
+    samples
+        .iter()
+        .filter(|s| s.at >= from && s.at < to)
+        .map(|s| s.age_ms)
+        .max()
+        .unwrap_or(0)
+}
+
+/// When `/readyz` first answered 503 naming `partition`.
+pub(super) fn first_naming(ready: &[ReadySample], partition: i32) -> Option<Instant> {
+    ready
+        .iter()
+        .filter(|r| r.status == 503 && r.reason.contains(&format!("partition {partition}")))
+        .map(|r| r.at)
+        .min()
+}
+
 /// Samples one role's view and `/readyz` of a service every 200 ms.
 pub(super) struct Sampler {
     stop: watch::Sender<bool>,

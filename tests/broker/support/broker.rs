@@ -139,3 +139,30 @@ impl Drop for OwnBroker {
             .output();
     }
 }
+
+/// Runs one of Kafka's command-line tools from the jars `scripts/kafka`
+/// provisioned: the first of `classes` this release has (a tool moved from
+/// `kafka.admin` to `org.apache.kafka.tools` between releases), with
+/// `args`; panics with its stderr when it fails.
+pub fn kafka_tool(classes: &[&str], args: &[&str]) {
+    let lib = kafka_script(&["provision"]);
+    let mut last = None;
+    for class in classes {
+        let out = Command::new("java")
+            .args(["-cp", &format!("{lib}/*"), class])
+            .args(args)
+            .output()
+            .expect("java runs");
+        if String::from_utf8_lossy(&out.stderr).contains("ClassNotFoundException") {
+            last = Some(out);
+            continue;
+        }
+        assert!(
+            out.status.success(),
+            "{class} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    panic!("none of {classes:?} in this Kafka release: {last:?}");
+}

@@ -617,6 +617,25 @@ pub fn assert_sound(
     );
 }
 
+/// A role named after `prefix` whose transaction coordinator leads its
+/// partition of `topic` (of `partitions`), and that broker's id: the
+/// broker whose fault hits both the role's checks and its views.
+pub async fn role_led_by_its_coordinator(
+    client: &KafkaClient,
+    topic: &str,
+    partitions: i32,
+    prefix: &str,
+) -> (String, i32) {
+    loop {
+        let role = unique(prefix);
+        let coordinator = coordinator_id(client, &role).await;
+        let p = krabka_authority::coordination::role_partition(&role, partitions).unwrap();
+        if client.partition_leader(topic, p).await.unwrap() == coordinator {
+            return (role, coordinator);
+        }
+    }
+}
+
 pub async fn coordinator_id(client: &KafkaClient, role: &str) -> i32 {
     client
         .transaction_coordinator(role)

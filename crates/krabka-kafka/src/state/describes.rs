@@ -46,10 +46,10 @@ impl TransactionDescription {
 }
 
 /// The answer for one id: `Ok(None)` when no member holds the role (105).
-pub type Described = Result<Option<TransactionDescription>, KafkaError>;
+pub type DescribeAnswer = Result<Option<TransactionDescription>, KafkaError>;
 
 /// Where one waiting id's answer goes.
-pub(crate) type Reply = oneshot::Sender<Described>;
+pub(crate) type Reply = oneshot::Sender<DescribeAnswer>;
 
 #[derive(Debug, Default)]
 struct Queue {

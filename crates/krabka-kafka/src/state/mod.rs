@@ -14,6 +14,7 @@
 //! - [`coordinators`]: the coordinator of each transactional id, the suspect
 //!   brokers, and the lookups waiting or in flight;
 //! - [`describes`]: the describes waiting for their coordinator's next batch;
+//! - [`ranking`]: no table, the one rule of which broker to ask first;
 //! - [`confirms`]: the confirmation stream: describe batches waiting for
 //!   another broker to confirm their coordinator, and the confirmation in
 //!   flight.
@@ -49,6 +50,7 @@ mod coordinators;
 mod describes;
 mod epochs;
 mod nodes;
+mod ranking;
 mod view;
 
 use std::collections::HashMap;
@@ -60,11 +62,12 @@ pub(crate) use confirms::{Confirmation, Confirms, Request as ConfirmRequest};
 use contact::Contact;
 pub(crate) use contact::Counted;
 pub(crate) use coordinators::{Answer, Coordinators};
+pub use describes::{DescribeAnswer, TransactionDescription};
 pub(crate) use describes::{DescribeQueues, Reply as DescribeReply, Start};
-pub use describes::{Described, TransactionDescription};
 pub(crate) use epochs::Epochs;
 use epochs::Judgement;
 pub(crate) use nodes::NodeStates;
+pub(crate) use ranking::{Candidate, Link, confirming, rank};
 pub(crate) use view::{Leader, Metadata, MetadataAnswer, Refresh};
 pub use view::{PartitionMeta, TopicMeta};
 

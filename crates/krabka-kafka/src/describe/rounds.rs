@@ -1,0 +1,270 @@
+//! The confirmation rounds: one loop for the client while the cluster ever
+//! had a second broker (the argument is in `describe`). A round starts when
+//! the confirmation before it returned (or was slower than the hedge
+//! delay) and its describes returned (or took as long again): every
+//! coordinator with ids waiting and no describe in flight gives its batch
+//! (but the confirming broker's), the batches' describes go out, and one
+//! confirmation carries them all. The loop ends when nothing is left to
+//! send; an id queued then starts it again.
+//!
+//! A round is four steps of [`Rounds`]: choose the confirming broker (or
+//! fail the batches when none can confirm), take the batches, send them
+//! with the confirmation, wait for them.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::{DescribeReply, Pending, distinct, reply};
+use crate::client::KafkaClient;
+use crate::config::Broker;
+use crate::error::KafkaError;
+use crate::state::ConfirmRequest;
+
+/// The loop, and what it keeps from one round to the next.
+pub(super) struct Rounds {
+    client: KafkaClient,
+    /// Most ids in one describe.
+    max: usize,
+    /// The broker the last round confirmed with, if its own batch waited.
+    deferred: Option<i32>,
+}
+
+/// What one round sends: each batch's describe (with a channel that says
+/// it returned), and the confirmation carrying them all.
+struct Round {
+    describes: Vec<BoxFuture<'static, ()>>,
+    returns: Vec<oneshot::Receiver<()>>,
+    confirmation: Option<ConfirmRequest>,
+}
+
+impl Rounds {
+    pub(super) fn new(client: KafkaClient) -> Rounds {
+        let max = client.config().max_describe_batch.max(1);
+        Rounds {
+            client,
+            max,
+            deferred: None,
+        }
+    }
+
+    /// Round after round until nothing waits.
+    pub(super) async fn run(mut self) {
+        loop {
+            let describes = self.client.state().describes();
+            let confirms = self.client.state().confirms();
+            if !describes.go_on(|| confirms.has_waiting()) {
+                return;
+            }
+            let ready = describes.ready();
+            let Some(to) = self.choose(&ready) else {
+                self.fail(&ready);
+                continue;
+            };
+            let round = self.take(&to, ready);
+            self.send(round).await;
+        }
+    }
+
+    /// The broker this round confirms with ([`choose`]), for the batches
+    /// `ready` (coordinators and their waiting ids).
+    fn choose(&self, ready: &[(Broker, usize)]) -> Option<Broker> {
+        let brokers = self.client.confirming_brokers();
+        let mut waiting = self.client.state().confirms().waiting_coordinators();
+        waiting.extend(ready.iter().map(|(b, _)| b.id));
+        choose(&brokers, ready, &waiting, self.deferred)
+    }
+
+    /// No broker could confirm anyone: the batches fail now and are asked
+    /// again after their callers' backoff.
+    fn fail(&self, ready: &[(Broker, usize)]) {
+        let (describes, confirms) = (
+            self.client.state().describes(),
+            self.client.state().confirms(),
+        );
+        let error =
+            KafkaError::NoBroker("no broker to confirm a coordinator's answers with".into());
+        for (coordinator, _) in ready {
+            if let Some(batch) = describes.take(coordinator, self.max) {
+                reply(batch, &Err(error.clone()), coordinator);
+                describes.answered(coordinator);
+            }
+        }
+        confirms.fail_waiting(&error);
+    }
+
+    /// Takes every ready batch but `to`'s, each waiting for the
+    /// confirmation that carries it.
+    fn take(&mut self, to: &Broker, ready: Vec<(Broker, usize)>) -> Round {
+        let (describes, confirms) = (
+            self.client.state().describes(),
+            self.client.state().confirms(),
+        );
+        // Every check of these batches arrived before this instant.
+        let taken = Instant::now();
+        let mut batches = Vec::with_capacity(ready.len());
+        for (coordinator, _) in ready {
+            if coordinator.id == to.id {
+                continue;
+            }
+            if let Some(batch) = describes.take(&coordinator, self.max) {
+                let ids = distinct(&batch);
+                let (confirmation, _) = confirms.wait(&coordinator, ids.clone());
+                batches.push((coordinator, batch, ids, confirmation));
+            }
+        }
+        self.deferred = (batches.is_empty()
+            || describes.ready().iter().any(|(b, _)| b.id == to.id))
+        .then_some(to.id);
+        // Carries every batch taken above (unless another request
+        // already took one of them: then that one answers it).
+        let confirmation = confirms.request_to(to);
+        let (describes, returns) = batches
+            .into_iter()
+            .map(|(coordinator, batch, ids, confirmation)| {
+                let (returned, on_return) = oneshot::channel();
+                let describe: BoxFuture<'static, ()> =
+                    Box::pin(self.client.clone().round_describe(
+                        coordinator,
+                        batch,
+                        ids,
+                        confirmation,
+                        taken,
+                        returned,
+                    ));
+                (describe, on_return)
+            })
+            .unzip();
+        Round {
+            describes,
+            returns,
+            confirmation,
+        }
+    }
+
+    /// Sends the round and waits for it (the next round starts after).
+    async fn send(&self, mut round: Round) {
+        // True unless the confirmation was slower than the hedge delay.
+        let confirm = async {
+            match round.confirmation {
+                Some(request) => self.client.confirm(request).await,
+                None => true,
+            }
+        };
+        // One batch (a lone check): its describe and the confirmation in
+        // this task, without a task switch. More: each describe in a task
+        // of its own.
+        if round.describes.len() == 1
+            && let Some(describe) = round.describes.pop()
+        {
+            lone(describe, confirm).await;
+        } else {
+            for describe in round.describes {
+                tokio::spawn(describe);
+            }
+            // The next round waits for this one's describes to return too,
+            // for at most as long again as the confirmation took (a slow
+            // coordinator holds the others' checks one round trip at
+            // most): it then takes every coordinator's batch but the
+            // confirming broker's, and rounds come no faster than the
+            // brokers answer them: on a loaded cluster a third fewer
+            // rounds, and fewer requests per check.
+            let sent = Instant::now();
+            if confirm.await {
+                let _ =
+                    tokio::time::timeout(sent.elapsed(), futures::future::join_all(round.returns))
+                        .await;
+            }
+        }
+    }
+}
+
+/// A round of one batch: until the confirmation is answered or slow (a
+/// slow one must not hold the next round, which carries its batch). Nor
+/// may the describe: once the confirmation is in, it gets as long again as
+/// the confirmation took, then a task of its own (a hung coordinator's
+/// describe, or its connection, would hold every other coordinator's
+/// checks).
+async fn lone(
+    mut describe: BoxFuture<'static, ()>,
+    confirm: impl std::future::Future<Output = bool>,
+) {
+    let sent = Instant::now();
+    tokio::pin!(confirm);
+    let mut described = false;
+    let answered = loop {
+        tokio::select! {
+            () = &mut describe, if !described => described = true,
+            answered = &mut confirm => break answered,
+        }
+    };
+    if !described {
+        let more = if answered {
+            sent.elapsed()
+        } else {
+            Duration::ZERO
+        };
+        if tokio::time::timeout(more, &mut describe).await.is_err() {
+            tokio::spawn(describe);
+        }
+    }
+}
+
+impl KafkaClient {
+    /// The describe of one batch a round took: answered to its waiters once
+    /// the round's confirmation (or a later one) backs it.
+    async fn round_describe(
+        self,
+        coordinator: Broker,
+        batch: Vec<(String, DescribeReply)>,
+        ids: Vec<String>,
+        confirmation: Pending,
+        taken: Instant,
+        returned: oneshot::Sender<()>,
+    ) {
+        let answers = self.describe(&coordinator, &ids).await;
+        if self.state().describes().answered(&coordinator) {
+            self.start_rounds();
+        }
+        let _ = returned.send(());
+        let answers = match answers {
+            Ok(mut answers) => {
+                self.await_confirmation(&mut answers, &coordinator, confirmation, taken)
+                    .await;
+                Ok(answers)
+            }
+            Err(e) => Err(e),
+        };
+        reply(batch, &answers, &coordinator);
+    }
+}
+
+/// The broker a round confirms with: of `brokers` (usable, best first),
+/// the one whose own batches wait least (`ready`: coordinators and their
+/// waiting ids; they wait for the next round), never the one the round
+/// before deferred while another can confirm, and never the only
+/// coordinator `waiting` names (it cannot confirm itself). `None` when no
+/// broker can confirm any waiting batch.
+fn choose(
+    brokers: &[Broker],
+    ready: &[(Broker, usize)],
+    waiting: &[i32],
+    deferred: Option<i32>,
+) -> Option<Broker> {
+    let own = |b: &Broker| -> usize {
+        ready
+            .iter()
+            .filter(|(c, _)| c.id == b.id)
+            .map(|(_, n)| *n)
+            .sum()
+    };
+    brokers
+        .iter()
+        .enumerate()
+        // It must confirm someone.
+        .filter(|(_, b)| waiting.iter().any(|&c| c != b.id))
+        .min_by_key(|(rank, b)| (Some(b.id) == deferred, own(b), *rank))
+        .map(|(_, b)| b.clone())
+}

@@ -1,0 +1,352 @@
+//! The describes' confirmations: a stale or unconfirmed answer is never used, a hung confirming broker costs a hedge.
+
+use super::*;
+
+#[tokio::test]
+async fn an_answer_another_broker_does_not_confirm_is_never_used() {
+    // Broker 0 paused and came back: its metadata already names broker 1 as
+    // the coordinator of "r", its transaction state still has the old pair.
+    let brokers = two_brokers([(7, 1), (7, 2)]).await;
+    let client = client(&[&brokers[0].addr]);
+    client.refresh_metadata(&[]).await.unwrap();
+    let paused = Broker {
+        id: 0,
+        addr: brokers[0].addr.clone(),
+    };
+    client.state().learn(Lesson::CoordinatorFound {
+        key: "r",
+        broker: &paused,
+    });
+    let answer = client.describe_transaction("r").await.unwrap().unwrap();
+    assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
+    assert_eq!(brokers[0].requests(ApiKey::DescribeTransactions).len(), 1);
+    assert_eq!(brokers[1].requests(ApiKey::DescribeTransactions).len(), 1);
+}
+
+#[tokio::test]
+async fn a_stale_answer_whose_confirmation_was_sent_before_the_check_arrived_is_never_believed() {
+    // One id: the confirmations are FindCoordinator requests.
+    stale_answer_confirmed_before_the_check_arrived(&["r"]).await;
+}
+
+#[tokio::test]
+async fn a_stale_answer_is_never_believed_when_many_ids_are_confirmed_at_once() {
+    // Three ids: the confirmations are Metadata requests of
+    // `__transaction_state`.
+    stale_answer_confirmed_before_the_check_arrived(&["r", "s", "t"]).await;
+}
+
+#[tokio::test]
+async fn a_lone_check_whose_confirming_broker_hangs_costs_a_hedge_not_the_window() {
+    // Broker 1 coordinates "r"; broker 0 holds its first confirmation 10 s
+    // (hung), broker 2 answers at once. A lone check whose confirmation
+    // went to broker 0 is confirmed by the next round, at broker 2, once
+    // the hedge delay passed: not after the 1.5 s window.
+    let brokers = scripted_brokers(
+        &[(7, 2), (7, 2), (7, 2)],
+        Arc::new(AtomicUsize::new(1)),
+        &[Duration::from_secs(10), Duration::ZERO, Duration::ZERO],
+    )
+    .await;
+    let coordinator = Broker {
+        id: 1,
+        addr: brokers[1].addr.clone(),
+    };
+    // The first confirmation goes to 0 or 2 at random: a fresh client
+    // each time, until one was sent to the hung broker.
+    for _ in 0..20 {
+        let client = client(&[&brokers[2].addr]);
+        client.refresh_metadata(&[]).await.unwrap();
+        client.state().learn(Lesson::CoordinatorFound {
+            key: "r",
+            broker: &coordinator,
+        });
+        let started = Instant::now();
+        let answer = client.describe_transaction("r").await.unwrap().unwrap();
+        let took = started.elapsed();
+        assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
+        if !brokers[0].requests(ApiKey::FindCoordinator).is_empty() {
+            assert!(
+                took < Duration::from_secs(1),
+                "the hung confirmation held the check {took:?}"
+            );
+            return;
+        }
+    }
+    panic!("no confirmation went to the hung broker in 20 checks");
+}
+
+#[tokio::test]
+async fn a_broker_that_hung_is_not_asked_to_confirm_again_while_two_others_can() {
+    // Broker 1 coordinates "r"; broker 0 hangs from its first confirmation
+    // on (every request but ApiVersions held a minute, as a stopped process
+    // whose kernel still accepts), broker 2 answers. The rounds prefer a
+    // confirming broker without batches of its own, which the hung one
+    // always is; once a request to it timed out it must not be asked again
+    // while brokers 1 and 2 can confirm, although its reconnect backoff
+    // ends several times during the checks.
+    let hung = Arc::new(AtomicBool::new(false));
+    let hold = {
+        let hung = hung.clone();
+        Arc::new(move |header: &RequestHeader, body: &Bytes| {
+            if is_confirmation(header, body) {
+                hung.store(true, Ordering::SeqCst);
+            }
+            if hung.load(Ordering::SeqCst) {
+                Duration::from_secs(60)
+            } else {
+                Duration::ZERO
+            }
+        }) as Delay
+    };
+    let at_once = || Arc::new(|_: &RequestHeader, _: &Bytes| Duration::ZERO) as Delay;
+    let brokers = scripted_brokers_delayed(
+        &[(7, 2), (7, 2), (7, 2)],
+        Arc::new(AtomicUsize::new(1)),
+        vec![hold, at_once(), at_once()],
+    )
+    .await;
+    let confirmations_to_0 = || {
+        brokers[0].requests(ApiKey::FindCoordinator).len()
+            + brokers[0].requests(ApiKey::Metadata).len()
+    };
+    let mut config = ClientConfig::new([brokers[2].addr.as_str()]);
+    config.request_timeout = Duration::from_millis(300);
+    config.operation_timeout = Duration::from_secs(8);
+    let client = KafkaClient::new(config).unwrap();
+    client.refresh_metadata(&[]).await.unwrap();
+    client.state().learn(Lesson::CoordinatorFound {
+        key: "r",
+        broker: &Broker {
+            id: 1,
+            addr: brokers[1].addr.clone(),
+        },
+    });
+    // Lone checks until one's confirmation went to broker 0 (each goes to
+    // 0 or 2 at random while 0 is sound), then past its request timeout.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !hung.load(Ordering::SeqCst) {
+        assert!(
+            Instant::now() < deadline,
+            "no confirmation went to broker 0"
+        );
+        client.describe_transaction("r").await.unwrap().unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let before = confirmations_to_0();
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut checks = 0;
+    while Instant::now() < until {
+        let answer = client.describe_transaction("r").await.unwrap().unwrap();
+        assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
+        checks += 1;
+    }
+    assert!(checks > 10, "only {checks} checks in 3 s");
+    assert_eq!(
+        confirmations_to_0() - before,
+        0,
+        "the hung broker was asked to confirm again ({checks} checks)"
+    );
+}
+
+#[tokio::test]
+async fn a_broker_whose_metadata_is_behind_is_never_asked_to_look_up_or_confirm() {
+    let behind = Arc::new(AtomicBool::new(true));
+    let brokers = one_cut_off(behind.clone()).await;
+    let (x, y) = (brokers[0].addr.clone(), brokers[1].addr.clone());
+    let refusals = Arc::new(Refusals::default());
+    let mut config = ClientConfig::new([x.as_str()]);
+    config.request_timeout = Duration::from_secs(5);
+    config.operation_timeout = Duration::from_secs(8);
+    config.observer = Some(refusals.clone());
+    let client = KafkaClient::new(config).unwrap();
+    // Bootstrapped from X: its metadata is all the client knows ...
+    client.refresh_metadata(&[]).await.unwrap();
+    assert!(client.state().epochs().stale().is_empty());
+    // ... until another broker names the newer leader: X was deposed.
+    client
+        .metadata_from(&y, vec!["__transaction_state".into()])
+        .await
+        .unwrap();
+    assert_eq!(
+        client
+            .state()
+            .epochs()
+            .stale()
+            .iter()
+            .map(|(a, _)| a)
+            .collect::<Vec<_>>(),
+        [&x],
+        "the deposed leader is stale"
+    );
+    let asked_before = brokers[0].requests(ApiKey::FindCoordinator).len();
+    let ids: Vec<String> = (0..60).map(|i| format!("role-{i}")).collect();
+    for id in &ids {
+        let answer = client.describe_transaction(id).await.unwrap().unwrap();
+        assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2), "{id}");
+    }
+    // All at once: one batch, confirmed by a Metadata request of
+    // `__transaction_state` (more than two ids).
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let answers = client
+        .describe_transactions(&ids, &|_| None, deadline)
+        .await;
+    for id in &ids {
+        let answer = answers[id].as_ref().unwrap().as_ref().unwrap();
+        assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2), "{id}");
+    }
+    assert_eq!(
+        brokers[0].requests(ApiKey::FindCoordinator).len(),
+        asked_before,
+        "no lookup or confirmation went to the stale broker"
+    );
+    let confirmations = refusals.1.lock().unwrap().clone();
+    assert!(
+        confirmations.iter().all(|(addr, _)| *addr != x),
+        "a confirmation went to the stale broker: {confirmations:?}"
+    );
+    assert!(
+        confirmations.iter().any(|(_, n)| *n == 1),
+        "lone checks confirmed"
+    );
+    assert!(confirmations.iter().any(|(_, n)| *n > 2), "by Metadata too");
+    assert!(brokers[0].requests(ApiKey::DescribeTransactions).is_empty());
+    assert_eq!(refusals.0.load(Ordering::SeqCst), 0, "no answer refused");
+
+    // Refreshes never take X's metadata, and probe it meanwhile; once it
+    // has caught up, it is asked again.
+    let probes = || brokers[0].requests(ApiKey::Metadata).len();
+    let before = probes();
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        client.refresh_metadata(&[]).await.unwrap();
+    }
+    assert!(probes() > before, "the stale broker was probed");
+    assert_eq!(client.state().epochs().stale().len(), 1, "still behind");
+    behind.store(false, Ordering::SeqCst);
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        client.refresh_metadata(&[]).await.unwrap();
+    }
+    assert!(client.state().epochs().stale().is_empty(), "caught up");
+}
+
+#[tokio::test]
+async fn a_round_waits_for_its_describes_so_the_next_takes_every_batch() {
+    // Brokers 0-2 each coordinate a third of the ids (partition p of
+    // `__transaction_state` led by broker p) and answer describes in 60, 66
+    // and 72 ms; broker 3 coordinates nothing, so it confirms every round,
+    // in 40 ms. A round that went on as soon as its confirmation returned
+    // would find every describe still in flight, and the describes,
+    // returning one by one, went in rounds of one or two batches: 0.67
+    // confirmations per describe (three runs). A round that waits for its
+    // describes too (as long again as its confirmation took, at most) takes
+    // the batches of the two coordinators that answered first; the third's
+    // checks, answered in the same instant, queue just after it: 0.51.
+    let brokers = partition_leaders(4, |b| {
+        Arc::new(move |header: &RequestHeader, body: &Bytes| {
+            if header.request_api_key == ApiKey::DescribeTransactions as i16 {
+                Duration::from_millis(60 + 6 * b as u64)
+            } else if is_confirmation(header, body) {
+                Duration::from_millis(40)
+            } else {
+                Duration::ZERO
+            }
+        }) as Delay
+    })
+    .await;
+    let client = client(&[&brokers[3].addr]);
+    client.refresh_metadata(&[]).await.unwrap();
+    // Eight ids per coordinator, each checked in a loop of its own.
+    let mut ids: Vec<(String, usize)> = Vec::new();
+    for n in 0.. {
+        let id = format!("role-{n}");
+        let p = crate::describe::partition_for(&id, 3);
+        if ids.iter().filter(|(_, q)| *q == p).count() < 8 {
+            learn_coordinator(&client, &brokers, &id, p);
+            ids.push((id, p));
+        }
+        if ids.len() == 24 {
+            break;
+        }
+    }
+    let until = Instant::now() + Duration::from_secs(2);
+    let loops = ids.into_iter().map(|(id, _)| {
+        let client = client.clone();
+        async move {
+            let mut checks = 0;
+            while Instant::now() < until {
+                let answer = client.describe_transaction(&id).await.unwrap().unwrap();
+                assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
+                checks += 1;
+            }
+            checks
+        }
+    });
+    let checks: usize = futures::future::join_all(loops).await.into_iter().sum();
+    let count = |f: &dyn Fn(&FakeBroker) -> usize| brokers.iter().map(f).sum::<usize>();
+    let describes = count(&|b| b.requests(ApiKey::DescribeTransactions).len());
+    let confirmations = count(&|b| {
+        b.requests(ApiKey::FindCoordinator).len()
+            + b.requests(ApiKey::Metadata)
+                .into_iter()
+                .filter(|(v, body)| {
+                    let asked: MetadataRequest = request(*v, body.clone());
+                    asked.topics.is_some_and(|t| !t.is_empty())
+                })
+                .count()
+    });
+    assert!(checks > 200, "only {checks} checks");
+    assert!(
+        confirmations * 5 < describes * 3,
+        "{confirmations} confirmations for {describes} describes ({checks} checks)"
+    );
+}
+
+#[tokio::test]
+async fn a_lone_describe_of_a_hung_coordinator_holds_no_other_check() {
+    // Partition p of `__transaction_state` is led by broker p; broker 1
+    // holds its describes a minute (hung), the others answer at once. A
+    // lone check of an id of broker 1 goes out with its confirmation, which
+    // returns; its describe must not hold the round loop until the request
+    // timeout: a check of an id of broker 2 sent meanwhile is answered at
+    // once.
+    let brokers = partition_leaders(3, |b| {
+        Arc::new(move |header: &RequestHeader, _: &Bytes| {
+            if b == 1 && header.request_api_key == ApiKey::DescribeTransactions as i16 {
+                Duration::from_secs(60)
+            } else {
+                Duration::ZERO
+            }
+        }) as Delay
+    })
+    .await;
+    let mut config = ClientConfig::new([brokers[0].addr.as_str()]);
+    config.request_timeout = Duration::from_secs(3);
+    config.operation_timeout = Duration::from_secs(8);
+    let client = KafkaClient::new(config).unwrap();
+    client.refresh_metadata(&[]).await.unwrap();
+    let id_of = |p: usize| {
+        (0..)
+            .map(|n| format!("role-{n}"))
+            .find(|id| crate::describe::partition_for(id, 3) == p)
+            .unwrap()
+    };
+    let (hung, live) = (id_of(1), id_of(2));
+    learn_coordinator(&client, &brokers, &hung, 1);
+    learn_coordinator(&client, &brokers, &live, 2);
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move { client.describe_transaction(&hung).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let answer = client.describe_transaction(&live).await.unwrap().unwrap();
+    let took = started.elapsed();
+    assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
+    assert!(
+        took < Duration::from_secs(1),
+        "a check of a live coordinator waited {took:?} behind a hung one's describe"
+    );
+    waiting.abort();
+}

@@ -1,0 +1,268 @@
+//! Partition reads: the leader epoch, and a deposed leader's reads never fresher than its last confirmation.
+
+use super::*;
+
+#[tokio::test]
+async fn a_fetch_carries_the_leader_epoch_and_a_fenced_epoch_moves_it_to_the_new_leader() {
+    let moved = Arc::new(AtomicBool::new(false));
+    let addrs: Arc<std::sync::Mutex<(String, String)>> = Arc::default();
+    let script = |me: i32| {
+        let (moved, addrs) = (moved.clone(), addrs.clone());
+        Arc::new(
+            move |header: &kafka_protocol::messages::RequestHeader, body: Bytes| {
+                let (a, b) = addrs.lock().unwrap().clone();
+                let brokers = [(1, a.as_str()), (2, b.as_str())];
+                match header.request_api_key {
+                    k if k == ApiKey::Metadata as i16 => {
+                        let partitions: &[(i32, i32, i32)] = if moved.load(Ordering::SeqCst) {
+                            &[(0, 2, 6)]
+                        } else {
+                            &[(0, 1, 5)]
+                        };
+                        let response: MetadataResponse =
+                            metadata(&brokers, Some(("t", partitions)));
+                        Some(answer(header, &response))
+                    }
+                    k if k == ApiKey::Fetch as i16 => {
+                        let fetch: FetchRequest = request(header.request_api_version, body);
+                        let epoch = fetch.topics[0].partitions[0].current_leader_epoch;
+                        // Broker 1 lost the leadership at epoch 6.
+                        let code = if me == 1 && epoch < 6 {
+                            moved.store(true, Ordering::SeqCst);
+                            74 // FENCED_LEADER_EPOCH
+                        } else {
+                            0
+                        };
+                        let response = FetchResponse::default().with_responses(vec![
+                            FetchableTopicResponse::default()
+                                .with_topic(TopicName(StrBytes::from_static_str("t")))
+                                .with_partitions(vec![
+                                    PartitionData::default()
+                                        .with_partition_index(0)
+                                        .with_error_code(code),
+                                ]),
+                        ]);
+                        Some(answer(header, &response))
+                    }
+                    _ => None,
+                }
+            },
+        ) as crate::fake::Script
+    };
+    let one = FakeBroker::start(script(1)).await;
+    let two = FakeBroker::start(script(2)).await;
+    *addrs.lock().unwrap() = (one.addr.clone(), two.addr.clone());
+    let client = client(&[&one.addr]);
+
+    let (groups, errors) = client.partition_leaders("t", &[(0, 0)]).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let (leader, positions) = groups.into_iter().next().unwrap();
+    assert_eq!((leader.id, positions[0].leader_epoch), (1, 5));
+    let answers = client
+        .fetch_from(&leader, "t", &positions, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(answers[0].1.as_ref().unwrap_err().code(), Some(74));
+
+    // The fenced epoch asked for fresh metadata: the new leader, its epoch.
+    let (groups, _) = client.partition_leaders("t", &[(0, 0)]).await;
+    let (leader, positions) = groups.into_iter().next().unwrap();
+    assert_eq!((leader.id, positions[0].leader_epoch), (2, 6));
+    let answers = client
+        .fetch_from(&leader, "t", &positions, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(answers[0].1.is_ok());
+    let sent: FetchRequest = {
+        let (version, body) = two.requests(ApiKey::Fetch).remove(0);
+        request(version, body)
+    };
+    assert_eq!(sent.topics[0].partitions[0].current_leader_epoch, 6);
+}
+
+#[tokio::test]
+async fn reads_of_a_deposed_leader_are_never_fresher_than_its_last_confirmation() {
+    // Broker 1 leads t-0 at epoch 4 and, cut off from the controller, keeps
+    // believing it (and serving reads at epoch 4). Brokers 2 and 3 confirm
+    // it until they learn that broker 2 leads at epoch 5 (`moved`); they do
+    // not answer metadata while `silent`; broker 2 serves reads at epoch 5
+    // once `serving`.
+    let moved = Arc::new(AtomicBool::new(false));
+    let silent = Arc::new(AtomicBool::new(false));
+    let serving = Arc::new(AtomicBool::new(false));
+    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let script = |me: i32| {
+        let (moved, silent, serving, addrs) = (
+            moved.clone(),
+            silent.clone(),
+            serving.clone(),
+            addrs.clone(),
+        );
+        Arc::new(
+            move |header: &kafka_protocol::messages::RequestHeader, body: Bytes| {
+                let addrs = addrs.lock().unwrap().clone();
+                let brokers = numbered(&addrs);
+                let believed = if me != 1 && moved.load(Ordering::SeqCst) {
+                    (2, 5)
+                } else {
+                    (1, 4)
+                };
+                match ApiKey::try_from(header.request_api_key).unwrap() {
+                    ApiKey::Metadata if me != 1 && silent.load(Ordering::SeqCst) => None,
+                    ApiKey::Metadata => Some(leading(header, body, &brokers, believed)),
+                    ApiKey::Fetch if believed.0 == me => {
+                        let asked: FetchRequest = request(header.request_api_version, body.clone());
+                        let epoch = asked.topics[0].partitions[0].current_leader_epoch;
+                        match epoch.cmp(&believed.1) {
+                            std::cmp::Ordering::Less => Some(fetched(header, body, 74)),
+                            std::cmp::Ordering::Greater => Some(fetched(header, body, 75)),
+                            _ if me == 2 && !serving.load(Ordering::SeqCst) => None,
+                            _ => Some(fetched(header, body, 0)),
+                        }
+                    }
+                    ApiKey::Fetch => Some(fetched(header, body, 6)),
+                    _ => None,
+                }
+            },
+        ) as crate::fake::Script
+    };
+    let one = FakeBroker::start(script(1)).await;
+    let two = FakeBroker::start(script(2)).await;
+    let three = FakeBroker::start(script(3)).await;
+    *addrs.lock().unwrap() = vec![one.addr.clone(), two.addr.clone(), three.addr.clone()];
+    let mut config = ClientConfig::new([one.addr.as_str(), two.addr.as_str()]);
+    config.request_timeout = Duration::from_secs(1);
+    let client = KafkaClient::new(config).unwrap();
+    let mut reads = client.tail("t", vec![0], Duration::from_millis(200));
+    let as_of = |update: krabka_coordination::cluster::Tailed| match update {
+        krabka_coordination::cluster::Tailed::Read { complete_as_of, .. } => complete_as_of,
+        krabka_coordination::cluster::Tailed::Failed { .. } => None,
+    };
+    let five = Duration::from_secs(5);
+    // Confirmed by broker 2: fresh.
+    let started = Instant::now();
+    loop {
+        let update = tokio::time::timeout(five, reads.recv()).await.unwrap();
+        if as_of(update.unwrap()).is_some() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "never confirmed"
+        );
+    }
+    // The leader is deposed, and for a while no other broker can say so:
+    // broker 1's reads go on, none claiming a later instant.
+    let deposed = Instant::now();
+    silent.store(true, Ordering::SeqCst);
+    moved.store(true, Ordering::SeqCst);
+    let mut unconfirmed = 0;
+    while deposed.elapsed() < Duration::from_millis(1500) {
+        let Ok(Some(update)) = tokio::time::timeout(Duration::from_millis(200), reads.recv()).await
+        else {
+            continue;
+        };
+        unconfirmed += 1;
+        if let Some(at) = as_of(update) {
+            assert!(
+                at <= deposed,
+                "a read complete {:?} after the move",
+                at - deposed
+            );
+        }
+    }
+    assert!(
+        unconfirmed >= 3,
+        "{unconfirmed} reads of the deposed leader"
+    );
+    // Once another broker answers, the deposed leader is stale and no
+    // longer read.
+    silent.store(false, Ordering::SeqCst);
+    let told = Instant::now();
+    while !client.state().epochs().is_stale(&one.addr) {
+        assert!(
+            told.elapsed() < Duration::from_secs(5),
+            "never seen deposed"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(100), reads.recv()).await;
+    }
+    // A poll sent before may still come back.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let polls = one.requests(ApiKey::Fetch).len();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(one.requests(ApiKey::Fetch).len(), polls, "no longer read");
+    // The new leader serves: fresh again.
+    serving.store(true, Ordering::SeqCst);
+    let resumed = Instant::now();
+    loop {
+        let update = tokio::time::timeout(five, reads.recv()).await.unwrap();
+        if as_of(update.unwrap()).is_some_and(|at| at > deposed) {
+            break;
+        }
+        assert!(
+            resumed.elapsed() < Duration::from_secs(5),
+            "never fresh again"
+        );
+    }
+    eprintln!(
+        "{unconfirmed} reads of the deposed leader, none fresher than the move; seen deposed {:?} after another broker could tell; fresh again {:?} after the new leader served",
+        told.elapsed(),
+        resumed.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_read_has_its_leader_confirmed_by_another_broker_first() {
+    // Broker 1, cut off, still leads t-0 at epoch 4 as far as it knows, and
+    // it is all the client was told; brokers 2 and 3 know broker 2 leads
+    // at epoch 5.
+    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let script = |me: i32| {
+        let addrs = addrs.clone();
+        Arc::new(
+            move |header: &kafka_protocol::messages::RequestHeader, body: Bytes| {
+                let addrs = addrs.lock().unwrap().clone();
+                let brokers = numbered(&addrs);
+                let believed = if me == 1 { (1, 4) } else { (2, 5) };
+                match ApiKey::try_from(header.request_api_key).unwrap() {
+                    ApiKey::Metadata => Some(leading(header, body, &brokers, believed)),
+                    ApiKey::ListOffsets => {
+                        use kafka_protocol::messages::ListOffsetsResponse;
+                        use kafka_protocol::messages::list_offsets_response::{
+                            ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+                        };
+                        let response = ListOffsetsResponse::default().with_topics(vec![
+                            ListOffsetsTopicResponse::default().with_partitions(vec![
+                                ListOffsetsPartitionResponse::default()
+                                    .with_partition_index(0)
+                                    .with_offset(0),
+                            ]),
+                        ]);
+                        Some(answer(header, &response))
+                    }
+                    _ => None,
+                }
+            },
+        ) as crate::fake::Script
+    };
+    let brokers = [
+        FakeBroker::start(script(1)).await,
+        FakeBroker::start(script(2)).await,
+        FakeBroker::start(script(3)).await,
+    ];
+    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+    let client = client(&[&brokers[0].addr]);
+    client.refresh_metadata(&["t"]).await.unwrap();
+    let read = client.read_committed("t", 0, 0).await.unwrap();
+    assert_eq!(read.next_offset, 0);
+    assert!(
+        brokers[0].requests(ApiKey::ListOffsets).is_empty(),
+        "the cut-off broker's log was not read"
+    );
+    assert_eq!(
+        brokers[1].requests(ApiKey::ListOffsets).len(),
+        1,
+        "the leader's was"
+    );
+    assert!(client.state().epochs().is_stale(&brokers[0].addr));
+}
