@@ -42,7 +42,11 @@ async fn main() {
         replication_factor: 1,
         configs: vec![],
     };
-    client.ensure_topic(&args.topic, &spec).await.unwrap();
+    client
+        .topics()
+        .ensure_topic(&args.topic, &spec)
+        .await
+        .unwrap();
     let mut by_partition: Vec<Vec<(Bytes, Option<Bytes>)>> =
         vec![Vec::new(); args.partitions as usize];
     let now = SystemClock.now_ms();
@@ -77,6 +81,7 @@ async fn main() {
         async move {
             for chunk in records.chunks(args.batch) {
                 client
+                    .producer()
                     .append_batch(topic, p as i32, chunk, now)
                     .await
                     .unwrap();

@@ -138,9 +138,12 @@ pub(crate) async fn roster(
             return Ok(ExitCode::from(EXIT_CONFIG));
         }
     };
-    let partitions = client.partition_count(&kafka.topic).await?;
+    let partitions = client.topics().partition_count(&kafka.topic).await?;
     let partition = role_partition(role, partitions)?;
-    let read = client.read_committed(&kafka.topic, partition, 0).await?;
+    let read = client
+        .reader()
+        .read_committed(&kafka.topic, partition, 0)
+        .await?;
     let state = RoleState::from_records(role, &read.records);
     for m in state.malformed() {
         eprintln!(

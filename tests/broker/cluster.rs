@@ -110,7 +110,11 @@ async fn killing_the_leader_of_a_roles_partition_and_its_holder() {
     let members = &mut scene.members;
     let client = cluster().client();
     let partition = role_partition(&roles[0], 6).unwrap();
-    let victim = client.partition_leader(&topic, partition).await.unwrap();
+    let victim = client
+        .metadata()
+        .partition_leader(&topic, partition)
+        .await
+        .unwrap();
     let old = members.holders.current(&roles[0]).unwrap();
     // The holder dies with the partition's leader: the standby must read
     // the partition from its new leader to see the lease lapse.
@@ -127,6 +131,7 @@ async fn killing_the_leader_of_a_roles_partition_and_its_holder() {
     );
     let new_leader = cluster()
         .client()
+        .metadata()
         .partition_leader(&topic, partition)
         .await
         .unwrap();
@@ -147,7 +152,7 @@ async fn a_broker_hung_for_20_seconds() {
     let mut healthy_roles = Vec::new();
     for role in roles {
         let p = role_partition(role, partitions).unwrap();
-        if client.partition_leader(topic, p).await.unwrap() != victim {
+        if client.metadata().partition_leader(topic, p).await.unwrap() != victim {
             healthy_roles.push(role.clone());
         }
     }
@@ -344,6 +349,7 @@ async fn a_coordinator_that_paused_and_came_back_never_says_authoritative_for_a_
     let service = start(service_config(&cluster().bootstrap, &topic)).await;
     let leader = cluster()
         .client()
+        .metadata()
         .partition_leader(&topic, 0)
         .await
         .unwrap();
@@ -363,6 +369,7 @@ async fn a_coordinator_that_paused_and_came_back_never_says_authoritative_for_a_
         let role = role.expect("a role coordinated by another broker than the leader");
         let t1 = cluster()
             .client()
+            .producer()
             .init_producer_id(&role, Duration::from_secs(60))
             .await
             .unwrap()
@@ -391,6 +398,7 @@ async fn a_coordinator_that_paused_and_came_back_never_says_authoritative_for_a_
         let minter = KafkaClient::new(config).unwrap();
         let t2 = loop {
             if let Ok(session) = minter
+                .producer()
                 .init_producer_id(&role, Duration::from_secs(60))
                 .await
             {

@@ -343,6 +343,7 @@ async fn a_broker_crash_under_load_fails_closed_and_the_watcher_loses_no_record(
     let topic = unique("crash");
     let kafka = KafkaClient::new(config_for(&broker.addr)).unwrap();
     kafka
+        .topics()
         .ensure_topic(
             &topic,
             &TopicSpec {
@@ -451,7 +452,11 @@ async fn a_broker_crash_under_load_fails_closed_and_the_watcher_loses_no_record(
     );
     assert_eq!(view["lease"]["token"], token.to_string());
     let partition = role_partition(&role, 2).unwrap();
-    let read = kafka.read_committed(&topic, partition, 0).await.unwrap();
+    let read = kafka
+        .reader()
+        .read_committed(&topic, partition, 0)
+        .await
+        .unwrap();
     let truth = RoleState::from_records(&role, &read.records);
     assert_eq!(truth.members().len(), 25);
 }

@@ -73,7 +73,7 @@ async fn a_fresh_install_without_the_topic_ends_ready_and_sees_the_first_candida
         "{body}"
     );
     assert!(
-        client().partition_count(&topic).await.is_err(),
+        client().topics().partition_count(&topic).await.is_err(),
         "the service created the topic without --create-topic"
     );
 
@@ -147,8 +147,11 @@ async fn with_create_topic_the_service_creates_it_compacted_with_its_partitions(
         .await;
     assert_eq!(ready["status"], "ready");
     let kafka = client();
-    assert_eq!(kafka.partition_count(&topic).await.unwrap(), 5);
-    assert_eq!(kafka.cleanup_policy(&topic).await.unwrap(), "compact");
+    assert_eq!(kafka.topics().partition_count(&topic).await.unwrap(), 5);
+    assert_eq!(
+        kafka.topics().cleanup_policy(&topic).await.unwrap(),
+        "compact"
+    );
     assert!(
         served.log().contains("created the coordination topic"),
         "{}",

@@ -122,6 +122,7 @@ async fn racing_acquires_leave_exactly_one_current_token() {
 async fn a_kafka_4_cluster_runs_transaction_version_2() {
     let version = std::env::var("KRABKA_KAFKA_VERSION").unwrap_or_else(|_| "4.1.1".into());
     let tv = client()
+        .metadata()
         .finalized_feature("transaction.version")
         .await
         .unwrap();
@@ -146,6 +147,7 @@ async fn renewals_under_transaction_version_1_keep_the_token() {
     // keep the token. Kafka 3.x has no version 2; the token stays anyway.
     let tv = t
         .client()
+        .metadata()
         .finalized_feature("transaction.version")
         .await
         .unwrap()
@@ -171,6 +173,7 @@ async fn renewals_under_transaction_version_1_keep_the_token() {
     let description = eventually(|| async {
         let d = t
             .client()
+            .describer()
             .describe_transaction(&role)
             .await
             .unwrap()
@@ -200,10 +203,14 @@ async fn an_aborted_lease_write_stays_invisible() {
     let kafka = client();
 
     t.register(&role, "m1", 1).await.unwrap();
-    let mut session = kafka.init_producer_id(&role, LEASE).await.unwrap();
+    let mut session = kafka
+        .producer()
+        .init_producer_id(&role, LEASE)
+        .await
+        .unwrap();
     let token = session.token();
     let (_, ghost) = lease_bytes("ghost", token);
-    let mut txn = kafka.begin(&mut session).unwrap();
+    let mut txn = kafka.producer().begin(&mut session).unwrap();
     let aborted_offset = txn
         .send(&topic, partition, key.clone(), Some(ghost), 2)
         .await
@@ -211,7 +218,7 @@ async fn an_aborted_lease_write_stays_invisible() {
     txn.abort().await.unwrap();
     t.register(&role, "m2", 3).await.unwrap();
     let (_, real) = lease_bytes("real", token);
-    let mut txn = kafka.begin(&mut session).unwrap();
+    let mut txn = kafka.producer().begin(&mut session).unwrap();
     let committed_offset = txn
         .send(&topic, partition, key, Some(real), 4)
         .await
@@ -239,7 +246,11 @@ async fn an_aborted_lease_write_stays_invisible() {
         assert_eq!(members, ["m1", "m2"]);
     }
     // The raw read agrees: no record at the aborted offset.
-    let read = kafka.read_committed(&topic, partition, 0).await.unwrap();
+    let read = kafka
+        .reader()
+        .read_committed(&topic, partition, 0)
+        .await
+        .unwrap();
     assert!(read.records.iter().all(|r| r.offset != aborted_offset));
     assert!(read.next_offset > committed_offset);
 }
@@ -251,10 +262,14 @@ async fn an_open_transaction_holds_the_read_back_without_blocking_it() {
     let role = unique("lso");
     let kafka = client();
     t.register(&role, "before", 1).await.unwrap();
-    let mut session = kafka.init_producer_id(&role, LEASE).await.unwrap();
+    let mut session = kafka
+        .producer()
+        .init_producer_id(&role, LEASE)
+        .await
+        .unwrap();
     let (_, value) = lease_bytes("pending", session.token());
     let key = Bytes::from(encode_key(&Key::lease(&role)).unwrap());
-    let mut txn = kafka.begin(&mut session).unwrap();
+    let mut txn = kafka.producer().begin(&mut session).unwrap();
     txn.send(&topic, 0, key, Some(value), 2).await.unwrap();
     t.register(&role, "after", 3).await.unwrap();
 
@@ -292,13 +307,14 @@ async fn a_transaction_left_open_past_the_lease_is_fenced_by_the_coordinator() {
     let kafka = client();
     let key = Bytes::from(encode_key(&Key::lease(&role)).unwrap());
     let mut session = kafka
+        .producer()
         .init_producer_id(&role, Duration::from_secs(2))
         .await
         .unwrap();
     let token = session.token();
     let (_, value) = lease_bytes("sleepy", token);
     {
-        let mut txn = kafka.begin(&mut session).unwrap();
+        let mut txn = kafka.producer().begin(&mut session).unwrap();
         txn.send(&topic, 0, key.clone(), Some(value.clone()), 1)
             .await
             .unwrap();
@@ -306,7 +322,12 @@ async fn a_transaction_left_open_past_the_lease_is_fenced_by_the_coordinator() {
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     let bumped = loop {
-        let now = kafka.describe_transaction(&role).await.unwrap().unwrap();
+        let now = kafka
+            .describer()
+            .describe_transaction(&role)
+            .await
+            .unwrap()
+            .unwrap();
         if now.token().is_some_and(|t| t.supersedes(&token)) {
             break now;
         }
@@ -317,11 +338,11 @@ async fn a_transaction_left_open_past_the_lease_is_fenced_by_the_coordinator() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(bumped.producer_id, token.producer_id());
-    let mut txn = kafka.begin(&mut session).unwrap();
+    let mut txn = kafka.producer().begin(&mut session).unwrap();
     let err = txn.send(&topic, 0, key, Some(value), 2).await.unwrap_err();
     assert!(matches!(err, TxnError::Fenced(_)), "{err}");
     // The aborted write is invisible.
-    let read = kafka.read_committed(&topic, 0, 0).await.unwrap();
+    let read = kafka.reader().read_committed(&topic, 0, 0).await.unwrap();
     assert!(read.records.is_empty(), "{:?}", read.records);
 }
 
@@ -403,7 +424,10 @@ async fn a_topic_that_is_not_compacted_or_has_another_partition_count_is_refused
             .contains("has 3 partitions but 16 were configured"),
         "{err}"
     );
-    assert_eq!(kafka.cleanup_policy(&compacted).await.unwrap(), "compact");
+    assert_eq!(
+        kafka.topics().cleanup_policy(&compacted).await.unwrap(),
+        "compact"
+    );
 }
 
 #[tokio::test]
@@ -416,6 +440,7 @@ async fn with_the_broker_stopped_every_operation_fails_within_its_timeout() {
     let kafka = KafkaClient::new(config).unwrap();
     let topic = unique("stopped");
     kafka
+        .topics()
         .ensure_topic(
             &topic,
             &krabka_authority::kafka::TopicSpec {
@@ -467,7 +492,11 @@ async fn with_the_broker_stopped_every_operation_fails_within_its_timeout() {
     let mut config = ClientConfig::new(["127.0.0.1:1"]);
     config.operation_timeout = Duration::from_secs(2);
     let nowhere = KafkaClient::new(config).unwrap();
-    let err = nowhere.describe_transaction("r").await.unwrap_err();
+    let err = nowhere
+        .describer()
+        .describe_transaction("r")
+        .await
+        .unwrap_err();
     assert!(matches!(err, KafkaError::GaveUp { .. }), "{err}");
     assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
 }
@@ -489,8 +518,12 @@ async fn a_batch_append_lands_in_order_at_consecutive_offsets() {
             )
         })
         .collect();
-    let first = kafka.append_batch(&topic, 0, &records, 1).await.unwrap();
-    let read = kafka.read_committed(&topic, 0, 0).await.unwrap();
+    let first = kafka
+        .producer()
+        .append_batch(&topic, 0, &records, 1)
+        .await
+        .unwrap();
+    let read = kafka.reader().read_committed(&topic, 0, 0).await.unwrap();
     assert_eq!(read.records.len(), 500);
     for (i, (r, (key, value))) in read.records.iter().zip(&records).enumerate() {
         assert_eq!(r.offset, first + i as i64);
@@ -498,7 +531,11 @@ async fn a_batch_append_lands_in_order_at_consecutive_offsets() {
         assert_eq!(&r.value, value, "record {i}");
     }
     assert!(
-        kafka.append_batch(&topic, 0, &[], 1).await.is_err(),
+        kafka
+            .producer()
+            .append_batch(&topic, 0, &[], 1)
+            .await
+            .is_err(),
         "an empty batch is refused"
     );
 }

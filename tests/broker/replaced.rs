@@ -39,6 +39,7 @@ fn replacements() -> usize {
 async fn mint(addr: &str, role: &str) -> FencingToken {
     let client = KafkaClient::new(config_for(addr)).unwrap();
     let session = client
+        .producer()
         .init_producer_id(role, Duration::from_secs(60))
         .await
         .expect("InitProducerId");

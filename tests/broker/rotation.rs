@@ -315,7 +315,7 @@ async fn connects(addr: &str, tls: TlsConfig) -> bool {
         sasl: None,
     };
     match KafkaClient::new(config) {
-        Ok(client) => client.refresh_metadata(&[]).await.is_ok(),
+        Ok(client) => client.metadata().refresh_metadata(&[]).await.is_ok(),
         Err(_) => false,
     }
 }

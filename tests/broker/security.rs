@@ -272,7 +272,11 @@ async fn sasl_ssl_works_for_the_service_and_the_leadership_client_and_refuses_cl
     ))
     .unwrap();
     assert_eq!(
-        client.describe_transaction(&unique("none")).await.unwrap(),
+        client
+            .describer()
+            .describe_transaction(&unique("none"))
+            .await
+            .unwrap(),
         None
     );
 
@@ -285,7 +289,7 @@ async fn sasl_ssl_works_for_the_service_and_the_leadership_client_and_refuses_cl
         "not-it",
     ))
     .unwrap();
-    let err = wrong.refresh_metadata(&[]).await.unwrap_err();
+    let err = wrong.metadata().refresh_metadata(&[]).await.unwrap_err();
     assert!(matches!(err, KafkaError::Auth { .. }), "{err}");
     assert!(err.is_access_error());
     assert!(
@@ -305,7 +309,11 @@ async fn sasl_ssl_works_for_the_service_and_the_leadership_client_and_refuses_cl
         SVC_PASSWORD,
     ))
     .unwrap();
-    let err = untrusted.refresh_metadata(&[]).await.unwrap_err();
+    let err = untrusted
+        .metadata()
+        .refresh_metadata(&[])
+        .await
+        .unwrap_err();
     assert!(matches!(err, KafkaError::Tls(_)), "{err}");
     assert!(started.elapsed() < Duration::from_secs(3));
     eprintln!("untrusted CA: {err}");
@@ -319,7 +327,7 @@ async fn sasl_ssl_works_for_the_service_and_the_leadership_client_and_refuses_cl
         SVC_PASSWORD,
     ))
     .unwrap();
-    let err = strict.refresh_metadata(&[]).await.unwrap_err();
+    let err = strict.metadata().refresh_metadata(&[]).await.unwrap_err();
     assert!(matches!(err, KafkaError::Tls(_)), "{err}");
     let mut lax_config = secure_config(
         &localhost,
@@ -332,6 +340,7 @@ async fn sasl_ssl_works_for_the_service_and_the_leadership_client_and_refuses_cl
     }
     KafkaClient::new(lax_config)
         .unwrap()
+        .metadata()
         .refresh_metadata(&[])
         .await
         .expect("the chain still verifies");
@@ -451,10 +460,14 @@ async fn mutual_tls_and_re_authentication() {
     };
     let client = KafkaClient::new(with_cert.clone()).unwrap();
     client
+        .metadata()
         .refresh_metadata(&[])
         .await
         .expect("mutual TLS with the client certificate");
-    eprintln!("mutual TLS: {} brokers known", client.brokers().len());
+    eprintln!(
+        "mutual TLS: {} brokers known",
+        client.metadata().brokers().len()
+    );
     let mut without = with_cert.clone();
     if let Some(tls) = without.security.tls.as_mut() {
         tls.cert_file = None;
@@ -463,6 +476,7 @@ async fn mutual_tls_and_re_authentication() {
     let started = Instant::now();
     let err = KafkaClient::new(without)
         .unwrap()
+        .metadata()
         .refresh_metadata(&[])
         .await
         .unwrap_err();
@@ -478,6 +492,7 @@ async fn mutual_tls_and_re_authentication() {
     let admin = KafkaClient::new(config_for(&broker.plaintext)).unwrap();
     let topic = unique("reauth");
     admin
+        .topics()
         .ensure_topic(
             &topic,
             &TopicSpec {

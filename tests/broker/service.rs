@@ -353,6 +353,7 @@ async fn with_the_broker_down_checks_answer_503_and_recover_without_a_restart() 
     let kafka = KafkaClient::new(config_for(&broker.addr)).unwrap();
     let topic = unique("svc-down");
     kafka
+        .topics()
         .ensure_topic(
             &topic,
             &TopicSpec {

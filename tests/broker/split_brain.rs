@@ -261,7 +261,7 @@ async fn no_write_of_a_deposed_token_is_ever_accepted() {
     };
     let kafka = client();
     let read = eventually(|| async {
-        let read = kafka.read_committed(&guarded, 0, 0).await.unwrap();
+        let read = kafka.reader().read_committed(&guarded, 0, 0).await.unwrap();
         (read.records.len() >= accepted).then_some(read)
     })
     .await;

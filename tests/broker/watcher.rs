@@ -309,6 +309,7 @@ async fn a_resumed_event_stream_delivers_every_change_in_between() {
     // Every record of the role after the last id seen, as the topic has it.
     let partition = role_partition(&role, 3).unwrap();
     let read = client()
+        .reader()
         .read_committed(&topic, partition, last_seen + 1)
         .await
         .unwrap();
@@ -372,6 +373,7 @@ async fn malformed_records_are_counted_and_skipped_and_good_ones_still_served() 
     .await;
     let kafka = client();
     kafka
+        .producer()
         .append(
             &topic,
             0,
@@ -383,6 +385,7 @@ async fn malformed_records_are_counted_and_skipped_and_good_ones_still_served() 
         .unwrap();
     let key = Bytes::from(encode_key(&Key::lease(&role)).unwrap());
     kafka
+        .producer()
         .append(&topic, 0, key, Some(Bytes::from_static(b"\x00\x00\x00")), 0)
         .await
         .unwrap();
@@ -528,6 +531,7 @@ async fn random_garbage_in_the_topic_is_counted_by_part_and_skipped() {
             },
         }
         kafka
+            .producer()
             .append(&topic, partition, key, value, 0)
             .await
             .unwrap();

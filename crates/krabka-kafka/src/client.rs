@@ -1,5 +1,16 @@
 //! The client: connections per broker, and which broker to ask.
 //!
+//! [`KafkaClient`] is the connector, as rskafka's `Client` over its
+//! `BrokerConnector`: it keeps the connections, what is known of the
+//! cluster (`state`) and the routing below. What is asked of Kafka goes
+//! through small handles, each in its own file with the method that hands
+//! it out, borrowing the client (so this file imports none of them): [`KafkaClient::describer`] (the one describe path,
+//! `describe/`), [`KafkaClient::lookup`] (transaction coordinators,
+//! `coordinator`), [`KafkaClient::metadata`] (`metadata`),
+//! [`KafkaClient::producer`] (appends and transactions, `produce`, `txn`),
+//! [`KafkaClient::topics`] (`topic`) and [`KafkaClient::reader`] (offsets,
+//! fetches and tails, `fetch`, `tail`).
+//!
 //! Kafka's Java client is the reference (`NetworkClient`,
 //! `ClusterConnectionStates`):
 //! - every outcome of opening a connection or of a request goes to

@@ -53,7 +53,8 @@ impl Cluster for KafkaClient {
         deadline: Instant,
     ) -> BoxFuture<'a, HashMap<String, Result<Described, ClusterError>>> {
         async move {
-            self.describe_transactions(roles, floor, deadline)
+            self.describer()
+                .describe_transactions(roles, floor, deadline)
                 .await
                 .into_iter()
                 .map(|(role, answer)| {
@@ -71,7 +72,7 @@ impl Cluster for KafkaClient {
     }
 
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<i32, ClusterError>> {
-        async move { Ok(self.partition_count(topic).await?) }.boxed()
+        async move { Ok(self.topics().partition_count(topic).await?) }.boxed()
     }
 
     fn create_topic<'a>(
@@ -86,17 +87,17 @@ impl Cluster for KafkaClient {
                 replication_factor,
                 configs: Vec::new(),
             };
-            Ok(self.ensure_topic(topic, &spec).await?)
+            Ok(self.topics().ensure_topic(topic, &spec).await?)
         }
         .boxed()
     }
 
     fn check_compacted<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<(), ClusterError>> {
-        async move { Ok(KafkaClient::check_compacted(self, topic).await?) }.boxed()
+        async move { Ok(self.topics().check_compacted(topic).await?) }.boxed()
     }
 
     fn tail(&self, topic: &str, from: Vec<i64>, long_poll: Duration) -> mpsc::Receiver<Tailed> {
-        KafkaClient::tail(self, topic, from, long_poll)
+        self.reader().tail(topic, from, long_poll)
     }
 
     fn cluster_id(&self) -> Option<std::sync::Arc<str>> {

@@ -14,6 +14,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::client::KafkaClient;
 use super::config::Broker;
 use super::error::KafkaError;
+use super::retry::retrying;
 use super::state::{Answer, Lesson};
 
 /// FindCoordinator key type of a transactional id.
@@ -67,14 +68,29 @@ pub(crate) fn parse_find_coordinator(
         .collect()
 }
 
+/// The coordinator lookup: which broker coordinates a transactional id
+/// (`KafkaClient::lookup`).
+#[derive(Clone, Copy, Debug)]
+pub struct Lookup<'a> {
+    pub(crate) client: &'a KafkaClient,
+}
+
 impl KafkaClient {
+    /// The coordinator lookup.
+    pub fn lookup(&self) -> Lookup<'_> {
+        Lookup { client: self }
+    }
+}
+
+impl Lookup<'_> {
     /// The transaction coordinators of `keys`, one attempt: cached, else
     /// looked up (shared with concurrent lookups of the same keys). Per key,
     /// the broker or a (usually retriable) error.
     pub(crate) async fn coordinators(&self, keys: &[String]) -> HashMap<String, Answer> {
-        let resolved = self.state().coordinators().resolve(keys);
+        let resolved = self.client.state().coordinators().resolve(keys);
         if resolved.start {
-            tokio::spawn(self.clone().lookup_rounds());
+            let client = self.client.clone();
+            tokio::spawn(async move { client.lookup().lookup_rounds().await });
         }
         let mut found = resolved.found;
         for (key, rx) in resolved.waits {
@@ -91,8 +107,10 @@ impl KafkaClient {
     /// The transaction coordinator of `id`, retried within the operation
     /// timeout.
     pub async fn transaction_coordinator(&self, id: &str) -> Result<Broker, KafkaError> {
-        self.retrying("find coordinator", || self.coordinator(id))
-            .await
+        retrying(self.client.config(), "find coordinator", || {
+            self.coordinator(id)
+        })
+        .await
     }
 
     /// The transaction coordinator of one id, one attempt.
@@ -106,18 +124,22 @@ impl KafkaClient {
 
     /// Sends the lookups the table asks for until none are pending; one
     /// FindCoordinator at a time.
-    async fn lookup_rounds(self) {
-        let table = self.state().coordinators();
+    async fn lookup_rounds(&self) {
+        let table = self.client.state().coordinators();
         while let Some(keys) = table.next_round() {
-            if let Some(observer) = self.observer() {
+            if let Some(observer) = self.client.observer() {
                 observer.coordinator_lookup(keys.len());
             }
-            let answers = match self.send_any(&build_find_coordinator(&keys), &[]).await {
+            let answers = match self
+                .client
+                .send_any(&build_find_coordinator(&keys), &[])
+                .await
+            {
                 Ok((response, _)) => parse_find_coordinator(&keys, response),
                 Err(e) => keys.into_iter().map(|k| (k, Err(e.clone()))).collect(),
             };
             for (key, answer) in &answers {
-                self.state().learn(match answer {
+                self.client.state().learn(match answer {
                     Ok(broker) => Lesson::CoordinatorFound { key, broker },
                     Err(error) => Lesson::LookupFailed { key, error },
                 });

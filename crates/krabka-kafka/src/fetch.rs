@@ -35,6 +35,7 @@ use super::batch::visible_records;
 use super::client::KafkaClient;
 use super::config::Broker;
 use super::error::{KafkaError, ResponseError};
+use super::retry::retrying;
 use super::state::Lesson;
 use krabka_coordination::LogRecord;
 
@@ -288,7 +289,21 @@ fn chunk_of(data: PartitionData, offset: i64) -> Result<FetchChunk, String> {
     })
 }
 
+/// Reads (`KafkaClient::reader`): offsets, read_committed fetches, and the
+/// tailing of a topic (`tail`).
+#[derive(Clone, Copy, Debug)]
+pub struct Reader<'a> {
+    pub(crate) client: &'a KafkaClient,
+}
+
 impl KafkaClient {
+    /// Offsets, fetches and tails.
+    pub fn reader(&self) -> Reader<'_> {
+        Reader { client: self }
+    }
+}
+
+impl Reader<'_> {
     /// Groups `partitions` of `topic` by their current leader (from fresh
     /// metadata), each with its leader epoch; partitions without a leader
     /// come back as errors.
@@ -300,7 +315,7 @@ impl KafkaClient {
         let mut groups: HashMap<Broker, Vec<FetchPosition>> = HashMap::new();
         let mut errors = Vec::new();
         for &(partition, offset) in partitions {
-            match self.leader(topic, partition).await {
+            match self.client.metadata().leader(topic, partition).await {
                 Ok(leader) => groups
                     .entry(leader.broker)
                     .or_default()
@@ -323,13 +338,15 @@ impl KafkaClient {
         partition: i32,
         timestamp: i64,
     ) -> Result<i64, KafkaError> {
-        self.retrying("list offsets", || async move {
-            let leader = self.leader(topic, partition).await?;
+        retrying(self.client.config(), "list offsets", || async move {
+            let leader = self.client.metadata().leader(topic, partition).await?;
             let request = build_list_offsets(topic, partition, leader.epoch, timestamp);
-            let response = self.send_to(&leader.broker.addr, &request).await?;
+            let response = self.client.send_to(&leader.broker.addr, &request).await?;
             let offset = parse_list_offsets(&response, &leader.broker.addr, topic, partition);
             if let Err(error) = &offset {
-                self.state().learn(Lesson::PartitionError { topic, error });
+                self.client
+                    .state()
+                    .learn(Lesson::PartitionError { topic, error });
             }
             offset
         })
@@ -349,12 +366,17 @@ impl KafkaClient {
         max_wait: Duration,
     ) -> Result<Chunks, KafkaError> {
         let request = build_fetch(topic, positions, max_wait);
-        let timeout = self.config().request_timeout + max_wait;
-        let response = self.send_to_within(&leader.addr, &request, timeout).await?;
+        let timeout = self.client.config().request_timeout + max_wait;
+        let response = self
+            .client
+            .send_to_within(&leader.addr, &request, timeout)
+            .await?;
         let chunks = parse_fetch(response, &leader.addr, topic, positions)?;
         for (_, chunk) in &chunks {
             if let Err(error) = chunk {
-                self.state().learn(Lesson::PartitionError { topic, error });
+                self.client
+                    .state()
+                    .learn(Lesson::PartitionError { topic, error });
             }
         }
         Ok(chunks)
@@ -367,7 +389,7 @@ impl KafkaClient {
         partition: i32,
         offset: i64,
     ) -> Result<FetchChunk, KafkaError> {
-        let leader = self.leader(topic, partition).await?;
+        let leader = self.client.metadata().leader(topic, partition).await?;
         let position = FetchPosition {
             partition,
             offset,
@@ -394,13 +416,14 @@ impl KafkaClient {
         partition: i32,
         from: i64,
     ) -> Result<PartitionRead, KafkaError> {
-        if self.state().metadata().is_multi_broker()
-            && !self
-                .state()
-                .epochs()
-                .confirmed_within(topic, partition, READ_CONFIRMED_WITHIN)
+        if self.client.state().metadata().is_multi_broker()
+            && !self.client.state().epochs().confirmed_within(
+                topic,
+                partition,
+                READ_CONFIRMED_WITHIN,
+            )
         {
-            self.confirm_leaders(topic).await;
+            self.client.metadata().confirm_leaders(topic).await;
         }
         let end = self.list_offset(topic, partition, LATEST).await?;
         let mut cursor = Cursor::at(from);
@@ -411,9 +434,10 @@ impl KafkaClient {
         };
         while cursor.next_offset() < end {
             let offset = cursor.next_offset();
-            let chunk = self
-                .retrying("fetch", || self.fetch_now(topic, partition, offset))
-                .await;
+            let chunk = retrying(self.client.config(), "fetch", || {
+                self.fetch_now(topic, partition, offset)
+            })
+            .await;
             let mut chunk = match chunk {
                 Ok(chunk) => chunk,
                 Err(e) if e.is(ResponseError::OffsetOutOfRange) => {

@@ -13,16 +13,19 @@
 //! the cluster (brokers' failures, metadata, coordinators, waiting
 //! describes), each table with one owner, and `ClusterState::learn`, the one
 //! place that decides what an outcome teaches (suspect, refresh, forget).
-//! Each operation builds its request and parses the answer with pure
-//! `build_*`/`parse_*` functions, sends it through [`KafkaClient`], and
-//! hands the outcome to the state. Imports go one way (`a ─► b`: `a` imports
+//! [`KafkaClient`] is the connector (connections and routing); each
+//! operation is a handle it hands out, in the operation's file:
+//! [`Describer`], [`Lookup`], [`ClusterMetadata`], [`Producer`], [`Topics`],
+//! [`Reader`]. Each builds its request and parses the answer with pure
+//! `build_*`/`parse_*` functions, sends it through the client, and hands
+//! the outcome to the state. Imports go one way (`a ─► b`: `a` imports
 //! `b`); a test below keeps it so:
 //!
 //! ```text
 //!  transport ─► txn ─► produce                         (the seams)
 //!      └──────► topic
 //!  tail ─► fetch ─► batch      describe/ ─► coordinator, retry
-//!  metadata    cluster                                 (the operations)
+//!  metadata    cluster                   (the handles and the seams' impls)
 //!      │ every operation
 //!      ▼
 //!  client ─► connection, security, tls, versions       (connections, routing)
@@ -39,7 +42,7 @@
 //!
 //! [`backoff`], [`bounded`] and [`files`] are the workspace's one retry
 //! policy, bounded memory and watched files; the service uses them too.
-//! The scripted brokers of the tests are [`fake`] (feature `fake`).
+//! The scripted brokers of the tests are `fake` (feature `fake`).
 
 pub mod backoff;
 mod batch;
@@ -74,14 +77,20 @@ mod versions;
 
 pub use client::KafkaClient;
 pub use config::{Broker, ClientConfig};
+pub use coordinator::Lookup;
 pub use describe::CONFIRM_WINDOW;
+pub use describe::Describer;
 pub use error::{FENCED, KafkaError, ResponseError, is_retriable};
+pub use fetch::Reader;
 pub use fetch::{Cursor, EARLIEST, FetchChunk, FetchPosition, LATEST, PartitionRead};
+pub use metadata::ClusterMetadata;
 pub use observe::{Outcome, RequestObserver, StaleReason};
+pub use produce::Producer;
 pub use security::{SaslConfig, SaslMechanism, Secret, Security, TlsConfig};
 pub use state::{DescribeAnswer, PartitionMeta, TopicMeta, TransactionDescription};
 pub use tls::TlsStatus;
 pub use topic::TopicSpec;
+pub use topic::Topics;
 pub use transport::{DEFAULT_TOPIC, GuardedRecord, KafkaTransport, TransportConfig};
 pub use txn::{ProducerSession, Transaction, TxnError};
 pub use versions::api_name;

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use super::client::KafkaClient;
 use super::config::Broker;
 use super::error::{KafkaError, ResponseError};
+use super::retry::{retrying, retrying_until};
 use super::state::{Leader, Lesson, MetadataAnswer, PartitionMeta, Refresh, TopicMeta};
 
 /// The topic whose partition leaders are the transaction coordinators.
@@ -124,13 +125,27 @@ fn find_leader(
     }
 }
 
+/// What the cluster says of itself (`KafkaClient::metadata`): brokers,
+/// leaders, the cluster id, finalized features.
+#[derive(Clone, Copy, Debug)]
+pub struct ClusterMetadata<'a> {
+    pub(crate) client: &'a KafkaClient,
+}
+
 impl KafkaClient {
+    /// Metadata: brokers, leaders, the cluster id.
+    pub fn metadata(&self) -> ClusterMetadata<'_> {
+        ClusterMetadata { client: self }
+    }
+}
+
+impl ClusterMetadata<'_> {
     /// Fetches metadata for `topics` (and every topic asked for before) and
     /// records brokers, leaders and the cluster id. Joins a refresh already
     /// in flight.
     pub async fn refresh_metadata(&self, topics: &[&str]) -> Result<(), KafkaError> {
-        self.state().metadata().want(topics);
-        let deadline = Instant::now() + self.config().operation_timeout;
+        self.client.state().metadata().want(topics);
+        let deadline = Instant::now() + self.client.config().operation_timeout;
         self.start_refresh(deadline).await
     }
 
@@ -138,18 +153,20 @@ impl KafkaClient {
     /// the last). Runs as its own task, so callers that stop waiting do not
     /// cancel it for the others.
     fn start_refresh(&self, deadline: Instant) -> Refresh {
-        self.state()
+        self.client
+            .state()
             .metadata()
-            .refresh(self.config().retry_backoff, |earliest| {
-                let client = self.clone();
+            .refresh(self.client.config().retry_backoff, |earliest| {
+                let client = self.client.clone();
                 let task = tokio::spawn(async move {
                     if let Some(at) = earliest {
                         tokio::time::sleep_until(at).await;
                     }
                     client.state().metadata().refresh_began();
-                    client
-                        .retrying_until("metadata", deadline, || client.fetch_metadata())
-                        .await
+                    retrying_until(client.config(), "metadata", deadline, || async {
+                        client.metadata().fetch_metadata().await
+                    })
+                    .await
                 });
                 async move {
                     task.await.unwrap_or_else(|e| {
@@ -167,13 +184,13 @@ impl KafkaClient {
         self.probe_stale();
         let request = build_metadata(self.refresh_topics(None));
         let sent = Instant::now();
-        let (response, from) = self.send_any(&request, &[]).await?;
-        self.state().learn(Lesson::Metadata {
+        let (response, from) = self.client.send_any(&request, &[]).await?;
+        self.client.state().learn(Lesson::Metadata {
             answer: parse_metadata(response),
             from: &from,
             sent,
         });
-        if self.state().epochs().is_stale(&from) {
+        if self.client.state().epochs().is_stale(&from) {
             return Err(KafkaError::Stale {
                 addr: from,
                 reason: "its metadata is behind another broker's".into(),
@@ -187,7 +204,7 @@ impl KafkaClient {
     fn refresh_topics(&self, only: Option<&str>) -> Vec<String> {
         let mut topics = match only {
             Some(topic) => vec![topic.to_owned()],
-            None => self.state().metadata().wanted(),
+            None => self.client.state().metadata().wanted(),
         };
         if !topics.iter().any(|t| t == TRANSACTION_STATE) {
             topics.push(TRANSACTION_STATE.to_owned());
@@ -203,8 +220,8 @@ impl KafkaClient {
         topics: Vec<String>,
     ) -> Result<(), KafkaError> {
         let sent = Instant::now();
-        let response = self.send_to(addr, &build_metadata(topics)).await?;
-        self.state().learn(Lesson::Metadata {
+        let response = self.client.send_to(addr, &build_metadata(topics)).await?;
+        self.client.state().learn(Lesson::Metadata {
             answer: parse_metadata(response),
             from: addr,
             sent,
@@ -215,11 +232,11 @@ impl KafkaClient {
     /// Sends a probe to every stale broker whose next one is due (each in
     /// its own task): an answer behind nowhere makes it current again.
     pub(crate) fn probe_stale(&self) {
-        for addr in self.state().epochs().due_probes() {
-            let client = self.clone();
+        for addr in self.client.state().epochs().due_probes() {
+            let client = self.client.clone();
             let topics = self.refresh_topics(None);
             tokio::spawn(async move {
-                if let Err(error) = client.metadata_from(&addr, topics).await {
+                if let Err(error) = client.metadata().metadata_from(&addr, topics).await {
                     tracing::debug!(broker = %addr, %error, "a probe of a stale broker failed");
                 }
             });
@@ -234,7 +251,7 @@ impl KafkaClient {
     /// probed meanwhile.
     pub(crate) async fn confirm_leaders(&self, topic: &str) {
         self.probe_stale();
-        if !self.state().metadata().is_multi_broker() {
+        if !self.client.state().metadata().is_multi_broker() {
             return;
         }
         let request = build_metadata(self.refresh_topics(Some(topic)));
@@ -242,14 +259,14 @@ impl KafkaClient {
         while asked.len() < 2 {
             let exclude: Vec<&str> = asked.iter().map(String::as_str).collect();
             let sent = Instant::now();
-            let (response, from) = match self.send_any(&request, &exclude).await {
+            let (response, from) = match self.client.send_any(&request, &exclude).await {
                 Ok(answered) => answered,
                 Err(error) => {
                     tracing::debug!(topic, %error, "a leader confirmation failed");
                     return;
                 }
             };
-            self.state().learn(Lesson::Metadata {
+            self.client.state().learn(Lesson::Metadata {
                 answer: parse_metadata(response),
                 from: &from,
                 sent,
@@ -264,7 +281,7 @@ impl KafkaClient {
     /// True when the broker at `addr` leads a partition of `topic` (or is
     /// not known by id).
     fn leads_some(&self, topic: &str, addr: &str) -> bool {
-        let metadata = self.state().metadata();
+        let metadata = self.client.state().metadata();
         let Some(id) = metadata
             .brokers()
             .into_iter()
@@ -279,7 +296,8 @@ impl KafkaClient {
 
     /// The id of the cluster, once metadata was fetched.
     pub fn cluster_id(&self) -> Option<String> {
-        self.state()
+        self.client
+            .state()
             .metadata()
             .cluster_id()
             .map(|id| id.to_string())
@@ -287,13 +305,13 @@ impl KafkaClient {
 
     /// The known brokers by id.
     pub fn brokers(&self) -> HashMap<i32, String> {
-        self.state().metadata().brokers()
+        self.client.state().metadata().brokers()
     }
 
     /// Metadata of `topic`: cached when fresh, else fetched.
     pub async fn topic_metadata(&self, topic: &str) -> Result<TopicMeta, KafkaError> {
-        let metadata = self.state().metadata();
-        if let Some(meta) = metadata.fresh_topic(topic, self.config().metadata_max_age) {
+        let metadata = self.client.state().metadata();
+        if let Some(meta) = metadata.fresh_topic(topic, self.client.config().metadata_max_age) {
             return Ok(meta);
         }
         self.refresh_metadata(&[topic]).await?;
@@ -307,20 +325,21 @@ impl KafkaClient {
     /// 2 on a fresh Kafka 4.x cluster, absent on 3.x), as a broker reports
     /// it in ApiVersions; `None` when the feature is not finalized.
     pub async fn finalized_feature(&self, name: &str) -> Result<Option<i16>, KafkaError> {
-        self.retrying("api versions", || async move {
+        retrying(self.client.config(), "api versions", || async move {
             let addr = self
+                .client
                 .brokers_by_load(&[])
                 .into_iter()
                 .next()
                 .ok_or_else(|| KafkaError::NoBroker("no broker known".into()))?;
-            Ok(self.connection(&addr).await?.feature(name))
+            Ok(self.client.connection(&addr).await?.feature(name))
         })
         .await
     }
 
     /// The node id of the leader of one partition, from fresh metadata.
     pub async fn partition_leader(&self, topic: &str, partition: i32) -> Result<i32, KafkaError> {
-        self.retrying("partition leader", || async move {
+        retrying(self.client.config(), "partition leader", || async move {
             Ok(self.leader(topic, partition).await?.broker.id)
         })
         .await
@@ -329,13 +348,13 @@ impl KafkaClient {
     /// The leader of one partition and its epoch, from fresh metadata.
     pub(crate) async fn leader(&self, topic: &str, partition: i32) -> Result<Leader, KafkaError> {
         let meta = self.topic_metadata(topic).await?;
-        let metadata = self.state().metadata();
+        let metadata = self.client.state().metadata();
         let leader = find_leader(topic, &meta, partition, |id| metadata.broker_addr(id));
         if let Err(error) = &leader
             && !matches!(error, KafkaError::Topic { .. })
         {
             // No usable leader: the topic's metadata is old.
-            self.state().learn(Lesson::TopicStale { topic });
+            self.client.state().learn(Lesson::TopicStale { topic });
         }
         leader
     }

@@ -16,6 +16,7 @@ use kafka_protocol::records::{
 
 use super::client::KafkaClient;
 use super::error::KafkaError;
+use super::retry::retrying;
 use super::state::Lesson;
 
 const ACKS_ALL: i16 = -1;
@@ -175,7 +176,21 @@ fn parse_produce(
     }
 }
 
+/// Writes (`KafkaClient::producer`): idempotent appends, producer ids and
+/// transactions (`txn`).
+#[derive(Clone, Copy, Debug)]
+pub struct Producer<'a> {
+    pub(crate) client: &'a KafkaClient,
+}
+
 impl KafkaClient {
+    /// Appends, producer ids and transactions.
+    pub fn producer(&self) -> Producer<'_> {
+        Producer { client: self }
+    }
+}
+
+impl Producer<'_> {
     /// Sends one produce request for a prepared batch to the partition's
     /// leader; returns the base offset. No retries.
     pub(crate) async fn produce_batch(
@@ -185,15 +200,22 @@ impl KafkaClient {
         batch: Bytes,
         transactional_id: Option<&str>,
     ) -> Result<i64, KafkaError> {
-        let leader = self.leader(topic, partition).await?.broker;
-        let timeout = self.config().request_timeout;
+        let leader = self
+            .client
+            .metadata()
+            .leader(topic, partition)
+            .await?
+            .broker;
+        let timeout = self.client.config().request_timeout;
         let request = build_produce(topic, partition, batch, transactional_id, timeout);
-        let offset = match self.send_to(&leader.addr, &request).await {
+        let offset = match self.client.send_to(&leader.addr, &request).await {
             Ok(response) => parse_produce(&response, &leader.addr, topic, partition),
             Err(e) => Err(e),
         };
         if let Err(error) = &offset {
-            self.state().learn(Lesson::PartitionError { topic, error });
+            self.client
+                .state()
+                .learn(Lesson::PartitionError { topic, error });
         }
         offset
     }
@@ -213,7 +235,7 @@ impl KafkaClient {
             return Err(KafkaError::Config("an empty batch".into()));
         }
         let batch = encode_plain_batch(records, timestamp_ms)?;
-        self.retrying("append batch", || {
+        retrying(self.client.config(), "append batch", || {
             let batch = batch.clone();
             async move { self.produce_batch(topic, partition, batch, None).await }
         })
@@ -240,7 +262,7 @@ impl KafkaClient {
             timestamp_ms,
         };
         let batch = encode_batch(&write, ProducerFields::NONE)?;
-        self.retrying("append", || {
+        retrying(self.client.config(), "append", || {
             let batch = batch.clone();
             async move { self.produce_batch(topic, partition, batch, None).await }
         })

@@ -11,7 +11,6 @@ use std::future::Future;
 
 use tokio::time::Instant;
 
-use super::client::KafkaClient;
 use super::config::ClientConfig;
 use super::error::KafkaError;
 use crate::backoff::{Backoff, Jitter};
@@ -73,44 +72,42 @@ impl Retry {
     }
 }
 
-impl KafkaClient {
-    /// Runs `attempt` until it succeeds, fails for good, or the operation
-    /// timeout passes.
-    pub(crate) async fn retrying<T, F, Fut>(
-        &self,
-        op: &'static str,
-        attempt: F,
-    ) -> Result<T, KafkaError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, KafkaError>>,
-    {
-        let deadline = Instant::now() + self.config().operation_timeout;
-        self.retrying_until(op, deadline, attempt).await
-    }
+/// Runs `attempt` until it succeeds, fails for good, or the operation
+/// timeout of `config` passes.
+pub(crate) async fn retrying<T, F, Fut>(
+    config: &ClientConfig,
+    op: &'static str,
+    attempt: F,
+) -> Result<T, KafkaError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, KafkaError>>,
+{
+    let deadline = Instant::now() + config.operation_timeout;
+    retrying_until(config, op, deadline, attempt).await
+}
 
-    /// Runs `attempt` until it succeeds, fails for good, or `deadline`
-    /// passes. An attempt still running at the deadline is dropped: the
-    /// request's own timeout is the client's, so a caller in a hurry never
-    /// shortens it and never poisons a connection to a live broker.
-    pub(crate) async fn retrying_until<T, F, Fut>(
-        &self,
-        op: &'static str,
-        deadline: Instant,
-        mut attempt: F,
-    ) -> Result<T, KafkaError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, KafkaError>>,
-    {
-        let mut retry = Retry::new(op, self.config(), deadline);
-        loop {
-            match tokio::time::timeout_at(deadline, attempt()).await {
-                Ok(Ok(value)) => return Ok(value),
-                Ok(Err(e)) if e.is_retriable() => retry.pause(e).await?,
-                Ok(Err(e)) => return Err(e),
-                Err(_) => return Err(retry.gave_up(retry.out_of_time())),
-            }
+/// Runs `attempt` until it succeeds, fails for good, or `deadline`
+/// passes. An attempt still running at the deadline is dropped: the
+/// request's own timeout is the client's, so a caller in a hurry never
+/// shortens it and never poisons a connection to a live broker.
+pub(crate) async fn retrying_until<T, F, Fut>(
+    config: &ClientConfig,
+    op: &'static str,
+    deadline: Instant,
+    mut attempt: F,
+) -> Result<T, KafkaError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, KafkaError>>,
+{
+    let mut retry = Retry::new(op, config, deadline);
+    loop {
+        match tokio::time::timeout_at(deadline, attempt()).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e)) if e.is_retriable() => retry.pause(e).await?,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(retry.gave_up(retry.out_of_time())),
         }
     }
 }

@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use super::client::KafkaClient;
 use super::config::Broker;
 use super::error::{KafkaError, ResponseError};
-use super::fetch::{Chunks, Cursor, EARLIEST, FetchPosition};
+use super::fetch::{Chunks, Cursor, EARLIEST, FetchPosition, Reader};
 use super::state::Lesson;
 use crate::backoff::{Backoff, Gate, Jitter};
 use krabka_coordination::cluster::Tailed;
@@ -64,15 +64,15 @@ struct Tailer {
     tx: mpsc::Sender<Tailed>,
 }
 
-impl KafkaClient {
+impl Reader<'_> {
     /// Tails every partition of `topic` from `from[p]`, forever, on
     /// connections of its own; updates arrive on the returned channel. The
     /// tailing stops when the receiver is dropped.
     pub fn tail(&self, topic: &str, from: Vec<i64>, long_poll: Duration) -> mpsc::Receiver<Tailed> {
         let (tx, rx) = mpsc::channel(64);
         let tailer = Tailer {
-            client: self.with_own_connections(),
-            shared: self.clone(),
+            client: self.client.with_own_connections(),
+            shared: self.client.clone(),
             topic: topic.to_owned(),
             long_poll,
             backoff: vec![None; from.len()],
@@ -139,7 +139,11 @@ impl Tailer {
         if idle.is_empty() {
             return true;
         }
-        let (groups, errors) = self.client.partition_leaders(&self.topic, &idle).await;
+        let (groups, errors) = self
+            .client
+            .reader()
+            .partition_leaders(&self.topic, &idle)
+            .await;
         for (partition, error) in errors {
             if !self.failed(partition, error).await {
                 return false;
@@ -156,7 +160,10 @@ impl Tailer {
             let partitions = positions.iter().map(|p| p.partition).collect();
             let abort = polls.spawn(async move {
                 let sent = Instant::now();
-                let result = client.fetch_from(&target, &topic, &positions, wait).await;
+                let result = client
+                    .reader()
+                    .fetch_from(&target, &topic, &positions, wait)
+                    .await;
                 (target, positions, sent, result)
             });
             busy.insert(
@@ -219,6 +226,7 @@ impl Tailer {
                     // log start.
                     match self
                         .client
+                        .reader()
                         .list_offset(&self.topic, partition, EARLIEST)
                         .await
                     {
@@ -303,7 +311,11 @@ impl Tailer {
                 .iter()
                 .map(|&p| (p, self.cursors[p as usize].next_offset()))
                 .collect();
-            let (groups, _) = self.client.partition_leaders(&self.topic, &positions).await;
+            let (groups, _) = self
+                .client
+                .reader()
+                .partition_leaders(&self.topic, &positions)
+                .await;
             if groups.keys().any(|l| *l != leader) {
                 tracing::info!(topic = %self.topic, broker = %leader.addr, "a leader did not answer its poll and its partitions moved; reading them from the new leader");
                 if let Some(poll) = busy.remove(&leader) {
@@ -329,7 +341,7 @@ impl Confirming {
         {
             let (client, topic) = (client.clone(), topic.to_owned());
             self.0 = Some(tokio::spawn(async move {
-                client.confirm_leaders(&topic).await;
+                client.metadata().confirm_leaders(&topic).await;
             }));
         }
     }

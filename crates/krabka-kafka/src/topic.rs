@@ -13,6 +13,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::client::KafkaClient;
 use super::error::{KafkaError, ResponseError};
+use super::retry::retrying;
 use super::state::Lesson;
 
 const RESOURCE_TOPIC: i8 = 2;
@@ -126,12 +127,26 @@ fn parse_create_topic(response: CreateTopicsResponse, topic: &str) -> Result<(),
     }
 }
 
+/// Topic administration (`KafkaClient::topics`): partitions, configs,
+/// creation.
+#[derive(Clone, Copy, Debug)]
+pub struct Topics<'a> {
+    pub(crate) client: &'a KafkaClient,
+}
+
 impl KafkaClient {
+    /// Topic administration.
+    pub fn topics(&self) -> Topics<'_> {
+        Topics { client: self }
+    }
+}
+
+impl Topics<'_> {
     /// The partition count of `topic` from fresh metadata; an error when the
     /// topic does not exist.
     pub async fn partition_count(&self, topic: &str) -> Result<i32, KafkaError> {
-        self.state().learn(Lesson::TopicStale { topic });
-        let meta = self.topic_metadata(topic).await?;
+        self.client.state().learn(Lesson::TopicStale { topic });
+        let meta = self.client.metadata().topic_metadata(topic).await?;
         match meta.error {
             0 if !meta.partitions.is_empty() => Ok(meta.partitions.len() as i32),
             code if code == 0 || code == ResponseError::UnknownTopicOrPartition.code() => {
@@ -143,9 +158,9 @@ impl KafkaClient {
 
     /// The topic's `cleanup.policy`, asked of any broker.
     pub async fn cleanup_policy(&self, topic: &str) -> Result<String, KafkaError> {
-        self.retrying("describe configs", || async move {
+        retrying(self.client.config(), "describe configs", || async move {
             let request = build_describe_config(RESOURCE_TOPIC, topic, "cleanup.policy");
-            let (response, _) = self.send_any(&request, &[]).await?;
+            let (response, _) = self.client.send_any(&request, &[]).await?;
             if response.results.is_empty() {
                 return Err(topic_err(topic, "DescribeConfigs answered nothing"));
             }
@@ -159,26 +174,31 @@ impl KafkaClient {
     /// A broker's own config is asked of that broker: the least loaded one
     /// that is up, and another one when it fails.
     pub async fn broker_config(&self, key: &str) -> Result<Option<String>, KafkaError> {
-        if self.brokers().is_empty() {
-            self.refresh_metadata(&[]).await?;
+        if self.client.metadata().brokers().is_empty() {
+            self.client.metadata().refresh_metadata(&[]).await?;
         }
-        self.retrying("describe broker config", || async move {
-            let brokers = self.brokers();
-            let (id, addr) = self
-                .brokers_by_load(&[])
-                .into_iter()
-                .find_map(|addr| {
-                    let id = brokers.iter().find(|(_, a)| **a == addr)?.0;
-                    Some((*id, addr))
-                })
-                .ok_or_else(|| KafkaError::Connect {
-                    addr: "the cluster".into(),
-                    reason: "no broker known".into(),
-                })?;
-            let request = build_describe_config(RESOURCE_BROKER, &id.to_string(), key);
-            let response = self.send_to(&addr, &request).await?;
-            parse_describe_config(response, key)
-        })
+        retrying(
+            self.client.config(),
+            "describe broker config",
+            || async move {
+                let brokers = self.client.metadata().brokers();
+                let (id, addr) = self
+                    .client
+                    .brokers_by_load(&[])
+                    .into_iter()
+                    .find_map(|addr| {
+                        let id = brokers.iter().find(|(_, a)| **a == addr)?.0;
+                        Some((*id, addr))
+                    })
+                    .ok_or_else(|| KafkaError::Connect {
+                        addr: "the cluster".into(),
+                        reason: "no broker known".into(),
+                    })?;
+                let request = build_describe_config(RESOURCE_BROKER, &id.to_string(), key);
+                let response = self.client.send_to(&addr, &request).await?;
+                parse_describe_config(response, key)
+            },
+        )
         .await
     }
 
@@ -221,7 +241,7 @@ impl KafkaClient {
         }
         self.check_compacted(topic).await?;
         // A new topic's metadata shows up a moment after creation.
-        self.retrying("topic metadata", || async move {
+        retrying(self.client.config(), "topic metadata", || async move {
             match self.partition_count(topic).await {
                 Err(KafkaError::Topic { .. }) => Err(KafkaError::Broker {
                     api: "Metadata",
@@ -235,9 +255,9 @@ impl KafkaClient {
     }
 
     async fn create_topic(&self, topic: &str, spec: &TopicSpec) -> Result<(), KafkaError> {
-        let request = build_create_topic(topic, spec, self.config().request_timeout);
-        self.retrying("create topic", || async {
-            let (response, _) = self.send_any(&request, &[]).await?;
+        let request = build_create_topic(topic, spec, self.client.config().request_timeout);
+        retrying(self.client.config(), "create topic", || async {
+            let (response, _) = self.client.send_any(&request, &[]).await?;
             parse_create_topic(response, topic)
         })
         .await?;
@@ -246,7 +266,7 @@ impl KafkaClient {
             partitions = spec.partitions,
             "created the coordination topic"
         );
-        self.state().learn(Lesson::TopicStale { topic });
+        self.client.state().learn(Lesson::TopicStale { topic });
         Ok(())
     }
 }

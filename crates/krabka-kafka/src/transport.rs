@@ -98,10 +98,10 @@ impl KafkaTransport {
     pub async fn connect(client: KafkaClient, config: TransportConfig) -> TransportResult<Self> {
         let topic = config.topic;
         let actual = match &config.create {
-            Some(spec) => client.ensure_topic(&topic, spec).await?,
+            Some(spec) => client.topics().ensure_topic(&topic, spec).await?,
             None => {
-                let count = client.partition_count(&topic).await?;
-                client.check_compacted(&topic).await?;
+                let count = client.topics().partition_count(&topic).await?;
+                client.topics().check_compacted(&topic).await?;
                 count
             }
         };
@@ -205,6 +205,7 @@ impl KafkaTransport {
             })
             .collect();
         self.client
+            .producer()
             .write_transactional(&mut session, &writes)
             .await
             .map_err(|e| match e {
@@ -227,6 +228,7 @@ impl KafkaTransport {
         let mut cache = cache.lock().await;
         let read = self
             .client
+            .reader()
             .read_committed(&self.topic, partition, cache.next_offset)
             .await?;
         for record in read.records {
@@ -248,7 +250,11 @@ impl Coordinator for KafkaTransport {
         role: &str,
         lease_duration: Duration,
     ) -> TransportResult<FencingToken> {
-        let session = self.client.init_producer_id(role, lease_duration).await?;
+        let session = self
+            .client
+            .producer()
+            .init_producer_id(role, lease_duration)
+            .await?;
         let token = session.token();
         lock(&self.sessions).insert(role.to_owned(), Arc::new(tokio::sync::Mutex::new(session)));
         Ok(token)
@@ -257,6 +263,7 @@ impl Coordinator for KafkaTransport {
     async fn describe(&self, role: &str) -> TransportResult<Option<FencingToken>> {
         Ok(self
             .client
+            .describer()
             .describe_transaction(role)
             .await?
             .and_then(|d| d.token()))
@@ -265,6 +272,7 @@ impl Coordinator for KafkaTransport {
     async fn max_transaction_timeout(&self) -> TransportResult<Option<Duration>> {
         match self
             .client
+            .topics()
             .broker_config("transaction.max.timeout.ms")
             .await
         {
@@ -308,6 +316,7 @@ impl Registrar for KafkaTransport {
         })?;
         Ok(self
             .client
+            .producer()
             .append(
                 &self.topic,
                 partition,
@@ -323,6 +332,7 @@ impl Registrar for KafkaTransport {
         let key = encode_key(&Key::registration(role, member))?;
         Ok(self
             .client
+            .producer()
             .append(&self.topic, partition, key.into(), None, -1)
             .await?)
     }

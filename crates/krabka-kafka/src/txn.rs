@@ -22,7 +22,8 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::client::KafkaClient;
 use super::error::{KafkaError, ResponseError};
-use super::produce::{ProducerFields, Write, encode_batch};
+use super::produce::{Producer, ProducerFields, Write, encode_batch};
+use super::retry::retrying;
 use super::state::Lesson;
 use krabka_coordination::FencingToken;
 use krabka_coordination::sync::lock;
@@ -157,7 +158,7 @@ fn parse_end_txn(response: EndTxnResponse) -> Result<(), KafkaError> {
     }
 }
 
-impl KafkaClient {
+impl<'c> Producer<'c> {
     /// InitProducerId for `transactional_id`: mints the next epoch and fences
     /// the previous holder. The lease duration goes in as the transaction
     /// timeout, so the coordinator aborts (and fences) a dead holder's open
@@ -170,11 +171,10 @@ impl KafkaClient {
         let timeout_ms = i32::try_from(transaction_timeout.as_millis())
             .map_err(|_| KafkaError::Config("transaction timeout over i32 ms".into()))?;
         let request = build_init_producer_id(transactional_id, timeout_ms);
-        let token = self
-            .retrying("init producer id", || {
-                self.coordinator_call(transactional_id, &request, parse_init_producer_id)
-            })
-            .await?;
+        let token = retrying(self.client.config(), "init producer id", || {
+            self.coordinator_call(transactional_id, &request, parse_init_producer_id)
+        })
+        .await?;
         Ok(ProducerSession {
             transactional_id: transactional_id.to_owned(),
             token,
@@ -194,13 +194,13 @@ impl KafkaClient {
     where
         R: kafka_protocol::protocol::Request,
     {
-        let coordinator = self.coordinator(transactional_id).await?;
-        let result = match self.send_to(&coordinator.addr, request).await {
+        let coordinator = self.client.lookup().coordinator(transactional_id).await?;
+        let result = match self.client.send_to(&coordinator.addr, request).await {
             Ok(response) => parse(response),
             Err(e) => Err(e),
         };
         if let Err(error) = &result {
-            self.state().learn(Lesson::TxnFailed {
+            self.client.state().learn(Lesson::TxnFailed {
                 key: transactional_id,
                 error,
             });
@@ -212,15 +212,15 @@ impl KafkaClient {
     /// invisible to read_committed readers until [`Transaction::commit`].
     /// A transaction dropped without commit or abort stays open until the
     /// coordinator aborts it at the transaction timeout, fencing the epoch.
-    pub fn begin<'a>(
-        &'a self,
-        session: &'a mut ProducerSession,
-    ) -> Result<Transaction<'a>, TxnError> {
+    pub fn begin<'a>(self, session: &'a mut ProducerSession) -> Result<Transaction<'a>, TxnError>
+    where
+        'c: 'a,
+    {
         if let Some(e) = &session.unusable {
             return Err(TxnError::Uncertain(e.clone()));
         }
         Ok(Transaction {
-            client: self,
+            client: self.client,
             session,
             added: HashSet::new(),
         })
@@ -260,27 +260,26 @@ impl KafkaClient {
         batch: Bytes,
     ) -> Result<i64, KafkaError> {
         let ambiguous = std::sync::Mutex::new(None::<KafkaError>);
-        let result = self
-            .retrying("transactional produce", || {
-                let batch = batch.clone();
-                let ambiguous = &ambiguous;
-                async move {
-                    let result = self
-                        .produce_batch(write.topic, write.partition, batch, Some(transactional_id))
-                        .await;
-                    match result {
-                        Err(e) if e.is(ResponseError::DuplicateSequenceNumber) => Ok(-1),
-                        Err(e) => {
-                            if e.is_ambiguous() {
-                                *lock(ambiguous) = Some(e.clone());
-                            }
-                            Err(e)
+        let result = retrying(self.client.config(), "transactional produce", || {
+            let batch = batch.clone();
+            let ambiguous = &ambiguous;
+            async move {
+                let result = self
+                    .produce_batch(write.topic, write.partition, batch, Some(transactional_id))
+                    .await;
+                match result {
+                    Err(e) if e.is(ResponseError::DuplicateSequenceNumber) => Ok(-1),
+                    Err(e) => {
+                        if e.is_ambiguous() {
+                            *lock(ambiguous) = Some(e.clone());
                         }
-                        ok => ok,
+                        Err(e)
                     }
+                    ok => ok,
                 }
-            })
-            .await;
+            }
+        })
+        .await;
         let earlier = lock(&ambiguous).take();
         match (result, earlier) {
             (Ok(offset), _) => Ok(offset),
@@ -297,7 +296,7 @@ impl KafkaClient {
         partition: i32,
     ) -> Result<(), KafkaError> {
         let request = build_add_partition(transactional_id, token, topic, partition);
-        self.retrying("add partitions to txn", || {
+        retrying(self.client.config(), "add partitions to txn", || {
             self.coordinator_call(transactional_id, &request, parse_add_partition)
         })
         .await
@@ -311,7 +310,7 @@ impl KafkaClient {
         commit: bool,
     ) -> Result<(), KafkaError> {
         let request = build_end_txn(transactional_id, token, commit);
-        self.retrying("end txn", || {
+        retrying(self.client.config(), "end txn", || {
             self.coordinator_call(transactional_id, &request, parse_end_txn)
         })
         .await
@@ -357,6 +356,7 @@ impl Transaction<'_> {
         let slot = (write.topic.to_owned(), write.partition);
         if !self.added.contains(&slot) {
             client
+                .producer()
                 .add_partition(&id, token, write.topic, write.partition)
                 .await
                 .map_err(TxnError::from_kafka)?;
@@ -373,7 +373,11 @@ impl Transaction<'_> {
             },
         )
         .map_err(TxnError::Kafka)?;
-        match client.produce_idempotent(&id, write, batch).await {
+        match client
+            .producer()
+            .produce_idempotent(&id, write, batch)
+            .await
+        {
             Ok(offset) => {
                 self.session
                     .next_sequence
@@ -417,7 +421,7 @@ impl Transaction<'_> {
         }
         let id = self.session.transactional_id.clone();
         let token = self.session.token;
-        match self.client.end_txn(&id, token, commit).await {
+        match self.client.producer().end_txn(&id, token, commit).await {
             Ok(()) => Ok(()),
             Err(e) if e.is_fenced() => Err(TxnError::Fenced(e)),
             Err(e) => {

@@ -62,7 +62,7 @@ impl Traffic {
         let client = cluster().client();
         let mut led = Vec::new();
         for p in 0..6 {
-            if client.partition_leader(&topic, p).await.unwrap() == x {
+            if client.metadata().partition_leader(&topic, p).await.unwrap() == x {
                 led.push(p);
             }
         }
@@ -85,6 +85,7 @@ impl Traffic {
                     while !*stopped.borrow() {
                         let value = Bytes::from_static(b"application data");
                         match client
+                            .producer()
                             .append(
                                 &topic,
                                 partition,
@@ -350,7 +351,7 @@ async fn the_disk_of_a_roles_coordinator_and_leader_frozen_for_30_seconds() {
 
     // The truth at the end: R's holder, as its member says and Kafka too.
     let truth = scene.members.holders.current(&role).unwrap();
-    let described = client.describe_transaction(&role).await;
+    let described = client.describer().describe_transaction(&role).await;
     let service_right = right_again(&probed, thawed_ms, truth);
     let java_right = right_again(&java, thawed_ms, truth);
     let outages = unavailable(&answers, frozen);

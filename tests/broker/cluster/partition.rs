@@ -109,6 +109,7 @@ async fn a_broker_cut_from_the_controller_while_it_coordinates_and_leads_a_held_
         // never answered from a cache.
         let asked = KafkaClient::new(others.clone()).unwrap();
         if asked
+            .lookup()
             .transaction_coordinator(&role)
             .await
             .is_ok_and(|c| c.id != x)

@@ -122,6 +122,7 @@ async fn the_leader_of_a_watched_partition_paused_for_20_seconds() {
     let partition = role_partition(&role, partitions).unwrap();
     let client = cluster().client();
     let x = client
+        .metadata()
         .partition_leader(&scene.topic, partition)
         .await
         .unwrap();
@@ -139,8 +140,13 @@ async fn the_leader_of_a_watched_partition_paused_for_20_seconds() {
     config.request_timeout = Duration::from_secs(1);
     let watcher = KafkaClient::new(config).unwrap();
     let moved = loop {
-        watcher.refresh_metadata(&[&scene.topic]).await.ok();
+        watcher
+            .metadata()
+            .refresh_metadata(&[&scene.topic])
+            .await
+            .ok();
         if watcher
+            .metadata()
             .partition_leader(&scene.topic, partition)
             .await
             .is_ok_and(|l| l != x)

@@ -72,6 +72,7 @@ pub async fn topic_on(bootstrap: &str, prefix: &str, partitions: i32) -> String 
     };
     KafkaClient::new(config_for(bootstrap))
         .unwrap()
+        .topics()
         .ensure_topic(&name, &spec)
         .await
         .expect("topic created");

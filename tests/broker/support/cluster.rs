@@ -183,6 +183,7 @@ pub async fn cluster_topic(partitions: i32) -> String {
     };
     cluster()
         .client()
+        .topics()
         .ensure_topic(&name, &spec)
         .await
         .expect("topic created");
@@ -197,7 +198,7 @@ pub async fn cluster_topic(partitions: i32) -> String {
         loop {
             // A fresh client: its first Metadata request goes to `addr`.
             let client = KafkaClient::new(config.clone()).expect("client");
-            if client.partition_count(&name).await.is_ok() {
+            if client.topics().partition_count(&name).await.is_ok() {
                 break;
             }
             assert!(
@@ -630,7 +631,7 @@ pub async fn role_led_by_its_coordinator(
         let role = unique(prefix);
         let coordinator = coordinator_id(client, &role).await;
         let p = krabka_authority::coordination::role_partition(&role, partitions).unwrap();
-        if client.partition_leader(topic, p).await.unwrap() == coordinator {
+        if client.metadata().partition_leader(topic, p).await.unwrap() == coordinator {
             return (role, coordinator);
         }
     }
@@ -638,6 +639,7 @@ pub async fn role_led_by_its_coordinator(
 
 pub async fn coordinator_id(client: &KafkaClient, role: &str) -> i32 {
     client
+        .lookup()
         .transaction_coordinator(role)
         .await
         .expect("coordinator")

@@ -10,8 +10,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::wire::{build_leaders_request, parse_leaders, partition_for};
-use super::{CONFIRM_WINDOW, DescribeAnswer, Pending};
-use crate::client::KafkaClient;
+use super::{CONFIRM_WINDOW, DescribeAnswer, Describer, Pending};
 use crate::config::Broker;
 use crate::coordinator::{build_find_coordinator, parse_find_coordinator};
 use crate::error::{KafkaError, ResponseError};
@@ -124,7 +123,7 @@ fn confirm(
 /// one coordinator per id instead of every partition of the topic.
 const FIND_COORDINATOR_UP_TO: usize = 2;
 
-impl KafkaClient {
+impl Describer<'_> {
     /// Puts a batch of `at` with `ids`, whose checks all arrived before
     /// now, in the confirmation stream: the answer of the first
     /// confirmation sent from now on to a broker other than `at` that
@@ -135,10 +134,10 @@ impl KafkaClient {
         at: &Broker,
         ids: &[String],
     ) -> Option<oneshot::Receiver<Result<Confirmation, KafkaError>>> {
-        if !self.state().metadata().is_multi_broker() {
+        if !self.client.state().metadata().is_multi_broker() {
             return None;
         }
-        let (rx, free) = self.state().confirms().wait(at, ids.to_vec());
+        let (rx, free) = self.client.state().confirms().wait(at, ids.to_vec());
         if free {
             self.send_confirmation();
         }
@@ -149,20 +148,20 @@ impl KafkaClient {
     /// waits (describes without rounds: see `describe`).
     fn send_confirmation(&self) {
         let brokers = self.confirming_brokers();
-        if let Some(request) = self.state().confirms().next_request(&brokers) {
-            let client = self.clone();
+        if let Some(request) = self.client.state().confirms().next_request(&brokers) {
+            let client = self.client.clone();
             tokio::spawn(async move {
-                client.confirm(request).await;
-                client.send_confirmation();
+                client.describer().confirm(request).await;
+                client.describer().send_confirmation();
             });
         }
     }
 
     /// The brokers that may confirm, best first (`state::ranking`).
     pub(crate) fn confirming_brokers(&self) -> Vec<Broker> {
-        let brokers = self.state().metadata().brokers();
+        let brokers = self.client.state().metadata().brokers();
         confirming(
-            self.candidates(
+            self.client.candidates(
                 brokers
                     .into_iter()
                     .map(|(id, addr)| {
@@ -185,15 +184,15 @@ impl KafkaClient {
     /// free for the next one, which carries its waiters too.
     pub(crate) async fn confirm(&self, request: ConfirmRequest) -> bool {
         let number = request.number;
-        let client = self.clone();
+        let client = self.client.clone();
         let mut call = Box::pin(async move {
-            let answer = client.ask_confirmation(&request).await;
+            let answer = client.describer().ask_confirmation(&request).await;
             client.state().confirms().done(request, answer);
         });
         tokio::select! {
             () = &mut call => true,
-            () = tokio::time::sleep(self.config().hedge_after) => {
-                self.state().confirms().slow(number);
+            () = tokio::time::sleep(self.client.config().hedge_after) => {
+                self.client.state().confirms().slow(number);
                 tokio::spawn(call);
                 false
             }
@@ -214,13 +213,14 @@ impl KafkaClient {
     /// topic, this time.
     async fn ask_confirmation(&self, request: &ConfirmRequest) -> Result<Confirmation, KafkaError> {
         let by = request.to.clone();
-        if let Some(observer) = self.observer() {
+        if let Some(observer) = self.client.observer() {
             observer.confirmation(&request.to.addr, request.ids.len());
         }
         if request.ids.len() > FIND_COORDINATOR_UP_TO
-            && !self.state().confirms().by_find_coordinator()
+            && !self.client.state().confirms().by_find_coordinator()
         {
             let response = self
+                .client
                 .send_to(&request.to.addr, &build_leaders_request())
                 .await?;
             match parse_leaders(response) {
@@ -239,7 +239,7 @@ impl KafkaClient {
                 }
                 Err(e) if e.is(ResponseError::TopicAuthorizationFailed) => {
                     tracing::info!(error = %e, "this client may not describe {TRANSACTION_STATE}: describes are confirmed with FindCoordinator");
-                    self.state().confirms().use_find_coordinator();
+                    self.client.state().confirms().use_find_coordinator();
                 }
                 // No answer for the topic (not created yet, or hidden):
                 // FindCoordinator, which answers per id, this time.
@@ -249,6 +249,7 @@ impl KafkaClient {
             }
         }
         let response = self
+            .client
             .send_to(&request.to.addr, &build_find_coordinator(&request.ids))
             .await?;
         Ok(Confirmation {
@@ -291,7 +292,7 @@ impl KafkaClient {
     ) {
         let addr = coordinator.addr.as_str();
         for (id, named) in confirm(answers, addr, backing) {
-            self.state().learn(Lesson::CoordinatorFound {
+            self.client.state().learn(Lesson::CoordinatorFound {
                 key: &id,
                 broker: &named,
             });
@@ -301,13 +302,13 @@ impl KafkaClient {
                 coordinator = %named.addr,
                 "a broker answered as the coordinator of an id that another broker says has moved; asking the new coordinator"
             );
-            if let Some(observer) = self.observer() {
+            if let Some(observer) = self.client.observer() {
                 observer.stale_answer(StaleReason::Unconfirmed);
             }
         }
         // Answered and confirmed in full: the broker is a coordinator again.
         if answers.values().all(Result::is_ok) {
-            self.state().learn(Lesson::Confirmed { addr });
+            self.client.state().learn(Lesson::Confirmed { addr });
         }
     }
 }

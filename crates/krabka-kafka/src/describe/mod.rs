@@ -151,10 +151,24 @@ pub(crate) use wire::partition_for;
 /// a deposed broker needs to get unfenced and lead again.
 pub const CONFIRM_WINDOW: Duration = Duration::from_millis(1500);
 
+/// The one describe path (`KafkaClient::describer`): batched, confirmed
+/// answers of the transaction coordinators.
+#[derive(Clone, Copy, Debug)]
+pub struct Describer<'a> {
+    pub(crate) client: &'a KafkaClient,
+}
+
 impl KafkaClient {
+    /// The one describe path.
+    pub fn describer(&self) -> Describer<'_> {
+        Describer { client: self }
+    }
+}
+
+impl Describer<'_> {
     /// Describes one transactional id within the operation timeout.
     pub async fn describe_transaction(&self, id: &str) -> DescribeAnswer {
-        let deadline = Instant::now() + self.config().operation_timeout;
+        let deadline = Instant::now() + self.client.config().operation_timeout;
         let ids = [id.to_owned()];
         self.describe_transactions(&ids, &|_| None, deadline)
             .await
@@ -171,7 +185,7 @@ impl KafkaClient {
         floor: &(dyn Fn(&str) -> Option<FencingToken> + Sync),
         deadline: Instant,
     ) -> HashMap<String, DescribeAnswer> {
-        let mut retry = Retry::new("describe transactions", self.config(), deadline);
+        let mut retry = Retry::new("describe transactions", self.client.config(), deadline);
         let mut done: HashMap<String, DescribeAnswer> = HashMap::with_capacity(ids.len());
         let mut pending: Vec<String> = {
             let mut seen = HashSet::new();
@@ -214,7 +228,7 @@ impl KafkaClient {
         done: &mut HashMap<String, DescribeAnswer>,
         failed: &mut HashMap<String, KafkaError>,
     ) {
-        let coordinators = self.coordinators(pending).await;
+        let coordinators = self.client.lookup().coordinators(pending).await;
         let mut waits = Vec::with_capacity(pending.len());
         for id in pending {
             match coordinators.get(id) {
@@ -249,10 +263,10 @@ impl KafkaClient {
                         seen = %seen,
                         "a coordinator answered a pair below one already seen; asking again"
                     );
-                    if let Some(observer) = self.observer() {
+                    if let Some(observer) = self.client.observer() {
                         observer.stale_answer(StaleReason::BelowHighWater);
                     }
-                    self.state().learn(Lesson::BelowHighWater {
+                    self.client.state().learn(Lesson::BelowHighWater {
                         key: id,
                         addr: &broker.addr,
                     });
@@ -281,22 +295,26 @@ impl KafkaClient {
     /// sends a request of its own).
     fn enqueue(&self, coordinator: &Broker, id: &str) -> oneshot::Receiver<DescribeAnswer> {
         let (tx, rx) = oneshot::channel();
-        if !self.config().describe_batching {
-            let client = self.clone();
+        if !self.client.config().describe_batching {
+            let client = self.client.clone();
             let coordinator = coordinator.clone();
             let batch = vec![(id.to_owned(), tx)];
-            tokio::spawn(async move { client.describe_batch(&coordinator, batch).await });
+            tokio::spawn(
+                async move { client.describer().describe_batch(&coordinator, batch).await },
+            );
             return rx;
         }
-        let rounds = self.state().metadata().is_multi_broker();
+        let rounds = self.client.state().metadata().is_multi_broker();
         match self
+            .client
             .state()
             .describes()
             .enqueue(coordinator, id, tx, rounds)
         {
             Start::Nothing => {}
             Start::Sender => {
-                tokio::spawn(self.clone().flush(coordinator.clone()));
+                let (client, coordinator) = (self.client.clone(), coordinator.clone());
+                tokio::spawn(async move { client.describer().flush(coordinator).await });
             }
             Start::Rounds => self.start_rounds(),
         }
@@ -307,9 +325,14 @@ impl KafkaClient {
     /// none wait (no confirmation rounds: a single broker, or a cluster
     /// that just grew). Its own task, so a caller that gives up does not
     /// cancel the others' request.
-    async fn flush(self, coordinator: Broker) {
-        let max = self.config().max_describe_batch.max(1);
-        while let Some(batch) = self.state().describes().next_batch(&coordinator, max) {
+    async fn flush(&self, coordinator: Broker) {
+        let max = self.client.config().max_describe_batch.max(1);
+        while let Some(batch) = self
+            .client
+            .state()
+            .describes()
+            .next_batch(&coordinator, max)
+        {
             self.describe_batch(&coordinator, batch).await;
         }
     }
@@ -323,17 +346,18 @@ impl KafkaClient {
         let ids = distinct(&batch);
         // A broker in reconnect backoff fails here, before a confirmation
         // is spent on it.
-        if let Err(e) = self.connection(&coordinator.addr).await {
+        if let Err(e) = self.client.connection(&coordinator.addr).await {
             return reply(batch, &Err(e), coordinator);
         }
         let confirmation = self.confirmation(coordinator, &ids);
         let answers = self.describe(coordinator, &ids).await;
         match (answers, confirmation) {
             (Ok(mut answers), Some(confirmation)) => {
-                let client = self.clone();
+                let client = self.client.clone();
                 let coordinator = coordinator.clone();
                 tokio::spawn(async move {
                     client
+                        .describer()
                         .await_confirmation(&mut answers, &coordinator, confirmation, taken)
                         .await;
                     reply(batch, &Ok(answers), &coordinator);
@@ -346,7 +370,7 @@ impl KafkaClient {
     /// Starts the round loop in a task of its own.
     fn start_rounds(&self) {
         let rounds: futures::future::BoxFuture<'static, ()> =
-            Box::pin(rounds::Rounds::new(self.clone()).run());
+            Box::pin(rounds::Rounds::new(self.client.clone()).run());
         tokio::spawn(rounds);
     }
 
@@ -356,18 +380,21 @@ impl KafkaClient {
         coordinator: &Broker,
         ids: &[String],
     ) -> Result<HashMap<String, DescribeAnswer>, KafkaError> {
-        let conn = self.connection(&coordinator.addr).await?;
-        if let Some(observer) = self.observer() {
+        let conn = self.client.connection(&coordinator.addr).await?;
+        if let Some(observer) = self.client.observer() {
             observer.describe_batch(ids.len());
         }
         let request = build_describe(ids);
         let answers = parse_describe(
-            self.call_on(&conn, &request, self.config().request_timeout)
+            self.client
+                .call_on(&conn, &request, self.client.config().request_timeout)
                 .await?,
         );
         let addr = coordinator.addr.as_str();
         for error in answers.values().filter_map(|a| a.as_ref().err()) {
-            self.state().learn(Lesson::DescribeFailed { addr, error });
+            self.client
+                .state()
+                .learn(Lesson::DescribeFailed { addr, error });
         }
         Ok(answers)
     }

@@ -17,7 +17,7 @@ use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::{DescribeReply, Pending, distinct, reply};
+use super::{DescribeReply, Describer, Pending, distinct, reply};
 use crate::client::KafkaClient;
 use crate::config::Broker;
 use crate::error::KafkaError;
@@ -71,7 +71,7 @@ impl Rounds {
     /// The broker this round confirms with ([`choose`]), for the batches
     /// `ready` (coordinators and their waiting ids).
     fn choose(&self, ready: &[(Broker, usize)]) -> Option<Broker> {
-        let brokers = self.client.confirming_brokers();
+        let brokers = self.client.describer().confirming_brokers();
         let mut waiting = self.client.state().confirms().waiting_coordinators();
         waiting.extend(ready.iter().map(|(b, _)| b.id));
         choose(&brokers, ready, &waiting, self.deferred)
@@ -125,15 +125,13 @@ impl Rounds {
             .into_iter()
             .map(|(coordinator, batch, ids, confirmation)| {
                 let (returned, on_return) = oneshot::channel();
-                let describe: BoxFuture<'static, ()> =
-                    Box::pin(self.client.clone().round_describe(
-                        coordinator,
-                        batch,
-                        ids,
-                        confirmation,
-                        taken,
-                        returned,
-                    ));
+                let client = self.client.clone();
+                let describe: BoxFuture<'static, ()> = Box::pin(async move {
+                    client
+                        .describer()
+                        .round_describe(coordinator, batch, ids, confirmation, taken, returned)
+                        .await
+                });
                 (describe, on_return)
             })
             .unzip();
@@ -149,7 +147,7 @@ impl Rounds {
         // True unless the confirmation was slower than the hedge delay.
         let confirm = async {
             match round.confirmation {
-                Some(request) => self.client.confirm(request).await,
+                Some(request) => self.client.describer().confirm(request).await,
                 None => true,
             }
         };
@@ -212,11 +210,11 @@ async fn lone(
     }
 }
 
-impl KafkaClient {
+impl Describer<'_> {
     /// The describe of one batch a round took: answered to its waiters once
     /// the round's confirmation (or a later one) backs it.
     async fn round_describe(
-        self,
+        &self,
         coordinator: Broker,
         batch: Vec<(String, DescribeReply)>,
         ids: Vec<String>,
@@ -225,7 +223,7 @@ impl KafkaClient {
         returned: oneshot::Sender<()>,
     ) {
         let answers = self.describe(&coordinator, &ids).await;
-        if self.state().describes().answered(&coordinator) {
+        if self.client.state().describes().answered(&coordinator) {
             self.start_rounds();
         }
         let _ = returned.send(());

@@ -8,7 +8,7 @@ async fn an_answer_another_broker_does_not_confirm_is_never_used() {
     // the coordinator of "r", its transaction state still has the old pair.
     let brokers = two_brokers([(7, 1), (7, 2)]).await;
     let client = client(&[&brokers[0].addr]);
-    client.refresh_metadata(&[]).await.unwrap();
+    client.metadata().refresh_metadata(&[]).await.unwrap();
     let paused = Broker {
         id: 0,
         addr: brokers[0].addr.clone(),
@@ -17,7 +17,12 @@ async fn an_answer_another_broker_does_not_confirm_is_never_used() {
         key: "r",
         broker: &paused,
     });
-    let answer = client.describe_transaction("r").await.unwrap().unwrap();
+    let answer = client
+        .describer()
+        .describe_transaction("r")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
     assert_eq!(brokers[0].requests(ApiKey::DescribeTransactions).len(), 1);
     assert_eq!(brokers[1].requests(ApiKey::DescribeTransactions).len(), 1);
@@ -56,13 +61,18 @@ async fn a_lone_check_whose_confirming_broker_hangs_costs_a_hedge_not_the_window
     // each time, until one was sent to the hung broker.
     for _ in 0..20 {
         let client = client(&[&brokers[2].addr]);
-        client.refresh_metadata(&[]).await.unwrap();
+        client.metadata().refresh_metadata(&[]).await.unwrap();
         client.state().learn(Lesson::CoordinatorFound {
             key: "r",
             broker: &coordinator,
         });
         let started = Instant::now();
-        let answer = client.describe_transaction("r").await.unwrap().unwrap();
+        let answer = client
+            .describer()
+            .describe_transaction("r")
+            .await
+            .unwrap()
+            .unwrap();
         let took = started.elapsed();
         assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
         if !brokers[0].requests(ApiKey::FindCoordinator).is_empty() {
@@ -114,7 +124,7 @@ async fn a_broker_that_hung_is_not_asked_to_confirm_again_while_two_others_can()
     config.request_timeout = Duration::from_millis(300);
     config.operation_timeout = Duration::from_secs(8);
     let client = KafkaClient::new(config).unwrap();
-    client.refresh_metadata(&[]).await.unwrap();
+    client.metadata().refresh_metadata(&[]).await.unwrap();
     client.state().learn(Lesson::CoordinatorFound {
         key: "r",
         broker: &Broker {
@@ -130,14 +140,24 @@ async fn a_broker_that_hung_is_not_asked_to_confirm_again_while_two_others_can()
             Instant::now() < deadline,
             "no confirmation went to broker 0"
         );
-        client.describe_transaction("r").await.unwrap().unwrap();
+        client
+            .describer()
+            .describe_transaction("r")
+            .await
+            .unwrap()
+            .unwrap();
     }
     tokio::time::sleep(Duration::from_millis(400)).await;
     let before = confirmations_to_0();
     let until = Instant::now() + Duration::from_secs(3);
     let mut checks = 0;
     while Instant::now() < until {
-        let answer = client.describe_transaction("r").await.unwrap().unwrap();
+        let answer = client
+            .describer()
+            .describe_transaction("r")
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
         checks += 1;
     }
@@ -161,10 +181,11 @@ async fn a_broker_whose_metadata_is_behind_is_never_asked_to_look_up_or_confirm(
     config.observer = Some(refusals.clone());
     let client = KafkaClient::new(config).unwrap();
     // Bootstrapped from X: its metadata is all the client knows ...
-    client.refresh_metadata(&[]).await.unwrap();
+    client.metadata().refresh_metadata(&[]).await.unwrap();
     assert!(client.state().epochs().stale().is_empty());
     // ... until another broker names the newer leader: X was deposed.
     client
+        .metadata()
         .metadata_from(&y, vec!["__transaction_state".into()])
         .await
         .unwrap();
@@ -182,13 +203,19 @@ async fn a_broker_whose_metadata_is_behind_is_never_asked_to_look_up_or_confirm(
     let asked_before = brokers[0].requests(ApiKey::FindCoordinator).len();
     let ids: Vec<String> = (0..60).map(|i| format!("role-{i}")).collect();
     for id in &ids {
-        let answer = client.describe_transaction(id).await.unwrap().unwrap();
+        let answer = client
+            .describer()
+            .describe_transaction(id)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2), "{id}");
     }
     // All at once: one batch, confirmed by a Metadata request of
     // `__transaction_state` (more than two ids).
     let deadline = Instant::now() + Duration::from_secs(8);
     let answers = client
+        .describer()
         .describe_transactions(&ids, &|_| None, deadline)
         .await;
     for id in &ids {
@@ -219,14 +246,14 @@ async fn a_broker_whose_metadata_is_behind_is_never_asked_to_look_up_or_confirm(
     let before = probes();
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        client.refresh_metadata(&[]).await.unwrap();
+        client.metadata().refresh_metadata(&[]).await.unwrap();
     }
     assert!(probes() > before, "the stale broker was probed");
     assert_eq!(client.state().epochs().stale().len(), 1, "still behind");
     behind.store(false, Ordering::SeqCst);
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        client.refresh_metadata(&[]).await.unwrap();
+        client.metadata().refresh_metadata(&[]).await.unwrap();
     }
     assert!(client.state().epochs().stale().is_empty(), "caught up");
 }
@@ -256,7 +283,7 @@ async fn a_round_waits_for_its_describes_so_the_next_takes_every_batch() {
     })
     .await;
     let client = client(&[&brokers[3].addr]);
-    client.refresh_metadata(&[]).await.unwrap();
+    client.metadata().refresh_metadata(&[]).await.unwrap();
     // Eight ids per coordinator, each checked in a loop of its own.
     let mut ids: Vec<(String, usize)> = Vec::new();
     for n in 0.. {
@@ -276,7 +303,12 @@ async fn a_round_waits_for_its_describes_so_the_next_takes_every_batch() {
         async move {
             let mut checks = 0;
             while Instant::now() < until {
-                let answer = client.describe_transaction(&id).await.unwrap().unwrap();
+                let answer = client
+                    .describer()
+                    .describe_transaction(&id)
+                    .await
+                    .unwrap()
+                    .unwrap();
                 assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
                 checks += 1;
             }
@@ -325,7 +357,7 @@ async fn a_lone_describe_of_a_hung_coordinator_holds_no_other_check() {
     config.request_timeout = Duration::from_secs(3);
     config.operation_timeout = Duration::from_secs(8);
     let client = KafkaClient::new(config).unwrap();
-    client.refresh_metadata(&[]).await.unwrap();
+    client.metadata().refresh_metadata(&[]).await.unwrap();
     let id_of = |p: usize| {
         (0..)
             .map(|n| format!("role-{n}"))
@@ -337,11 +369,16 @@ async fn a_lone_describe_of_a_hung_coordinator_holds_no_other_check() {
     learn_coordinator(&client, &brokers, &live, 2);
     let waiting = {
         let client = client.clone();
-        tokio::spawn(async move { client.describe_transaction(&hung).await })
+        tokio::spawn(async move { client.describer().describe_transaction(&hung).await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
-    let answer = client.describe_transaction(&live).await.unwrap().unwrap();
+    let answer = client
+        .describer()
+        .describe_transaction(&live)
+        .await
+        .unwrap()
+        .unwrap();
     let took = started.elapsed();
     assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
     assert!(

@@ -12,7 +12,7 @@ async fn concurrent_lookups_of_one_key_share_one_find_coordinator() {
     *coordinator.lock().unwrap() = (1, broker.addr.clone());
     let client = client(&[&broker.addr]);
     let keys = ["r".to_owned()];
-    let calls = (0..50).map(|_| client.coordinators(&keys));
+    let calls = (0..50).map(|_| async { client.lookup().coordinators(&keys).await });
     let answers = futures::future::join_all(calls).await;
     assert!(answers.iter().all(|a| a["r"].as_ref().unwrap().id == 1));
     assert_eq!(
@@ -32,7 +32,7 @@ async fn the_ids_of_a_failed_coordinator_are_looked_up_once_per_backoff() {
     *coordinator.lock().unwrap() = (1, broker.addr.clone());
     let client = client(&[&broker.addr]);
     let keys: Vec<String> = (0..20).map(|i| format!("role-{i}")).collect();
-    client.coordinators(&keys).await;
+    client.lookup().coordinators(&keys).await;
     assert_eq!(lookups.load(Ordering::SeqCst), 1);
     // The coordinator's broker says it no longer coordinates them (and
     // keeps naming itself): every caller of every one of its ids, every
@@ -45,7 +45,10 @@ async fn the_ids_of_a_failed_coordinator_are_looked_up_once_per_backoff() {
     let started = Instant::now();
     while started.elapsed() < Duration::from_millis(1500) {
         for key in &keys {
-            client.coordinators(std::slice::from_ref(key)).await;
+            client
+                .lookup()
+                .coordinators(std::slice::from_ref(key))
+                .await;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -65,7 +68,7 @@ async fn not_coordinator_looks_every_id_of_the_broker_up_again_in_one_batch() {
     *coordinator.lock().unwrap() = (1, broker.addr.clone());
     let client = client(&[&broker.addr]);
     let keys: Vec<String> = (0..50).map(|i| format!("role-{i}")).collect();
-    client.coordinators(&keys).await;
+    client.lookup().coordinators(&keys).await;
     // The coordinator moved: a describe answered NOT_COORDINATOR for one id.
     let moved = KafkaError::broker("DescribeTransactions", 16, None);
     client.state().learn(Lesson::DescribeFailed {
@@ -73,7 +76,7 @@ async fn not_coordinator_looks_every_id_of_the_broker_up_again_in_one_batch() {
         error: &moved,
     });
     let before = broker.requests(ApiKey::FindCoordinator).len();
-    client.coordinators(&keys[..1]).await;
+    client.lookup().coordinators(&keys[..1]).await;
     let sent = broker.requests(ApiKey::FindCoordinator);
     assert_eq!(sent.len(), before + 1, "one lookup");
     let (version, body) = sent.last().unwrap().clone();

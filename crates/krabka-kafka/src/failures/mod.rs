@@ -176,7 +176,7 @@ pub(super) async fn stale_answer_confirmed_before_the_check_arrived(ids: &[&str]
     config.hedge_after = Duration::from_secs(5);
     config.operation_timeout = Duration::from_secs(8);
     let client = KafkaClient::new(config).unwrap();
-    client.refresh_metadata(&[]).await.unwrap();
+    client.metadata().refresh_metadata(&[]).await.unwrap();
     let deposed = Broker {
         id: 1,
         addr: brokers[1].addr.clone(),
@@ -191,6 +191,7 @@ pub(super) async fn stale_answer_confirmed_before_the_check_arrived(ids: &[&str]
     let check = |client: KafkaClient, ids: Vec<String>| async move {
         let deadline = Instant::now() + Duration::from_secs(8);
         let answers = client
+            .describer()
             .describe_transactions(&ids, &|_| None, deadline)
             .await;
         ids.iter()

@@ -54,21 +54,23 @@ async fn a_fetch_carries_the_leader_epoch_and_a_fenced_epoch_moves_it_to_the_new
     *addrs.lock().unwrap() = (one.addr.clone(), two.addr.clone());
     let client = client(&[&one.addr]);
 
-    let (groups, errors) = client.partition_leaders("t", &[(0, 0)]).await;
+    let (groups, errors) = client.reader().partition_leaders("t", &[(0, 0)]).await;
     assert!(errors.is_empty(), "{errors:?}");
     let (leader, positions) = groups.into_iter().next().unwrap();
     assert_eq!((leader.id, positions[0].leader_epoch), (1, 5));
     let answers = client
+        .reader()
         .fetch_from(&leader, "t", &positions, Duration::ZERO)
         .await
         .unwrap();
     assert_eq!(answers[0].1.as_ref().unwrap_err().code(), Some(74));
 
     // The fenced epoch asked for fresh metadata: the new leader, its epoch.
-    let (groups, _) = client.partition_leaders("t", &[(0, 0)]).await;
+    let (groups, _) = client.reader().partition_leaders("t", &[(0, 0)]).await;
     let (leader, positions) = groups.into_iter().next().unwrap();
     assert_eq!((leader.id, positions[0].leader_epoch), (2, 6));
     let answers = client
+        .reader()
         .fetch_from(&leader, "t", &positions, Duration::ZERO)
         .await
         .unwrap();
@@ -133,7 +135,9 @@ async fn reads_of_a_deposed_leader_are_never_fresher_than_its_last_confirmation(
     let mut config = ClientConfig::new([one.addr.as_str(), two.addr.as_str()]);
     config.request_timeout = Duration::from_secs(1);
     let client = KafkaClient::new(config).unwrap();
-    let mut reads = client.tail("t", vec![0], Duration::from_millis(200));
+    let mut reads = client
+        .reader()
+        .tail("t", vec![0], Duration::from_millis(200));
     let as_of = |update: krabka_coordination::cluster::Tailed| match update {
         krabka_coordination::cluster::Tailed::Read { complete_as_of, .. } => complete_as_of,
         krabka_coordination::cluster::Tailed::Failed { .. } => None,
@@ -252,8 +256,8 @@ async fn a_read_has_its_leader_confirmed_by_another_broker_first() {
     ];
     *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
     let client = client(&[&brokers[0].addr]);
-    client.refresh_metadata(&["t"]).await.unwrap();
-    let read = client.read_committed("t", 0, 0).await.unwrap();
+    client.metadata().refresh_metadata(&["t"]).await.unwrap();
+    let read = client.reader().read_committed("t", 0, 0).await.unwrap();
     assert_eq!(read.next_offset, 0);
     assert!(
         brokers[0].requests(ApiKey::ListOffsets).is_empty(),

@@ -20,7 +20,7 @@ async fn a_hung_broker_costs_a_hedge_not_a_request_timeout() {
         let client = client(&[&hung.addr, &live.addr]);
         let before = hung.requests(ApiKey::Metadata).len();
         let started = Instant::now();
-        client.refresh_metadata(&[]).await.unwrap();
+        client.metadata().refresh_metadata(&[]).await.unwrap();
         let took = started.elapsed();
         assert!(
             took < Duration::from_millis(1500),
@@ -125,7 +125,10 @@ async fn a_connection_asks_the_cluster_id_first_and_answers_of_an_old_cluster_ar
     let client = client(&[&broker.addr]);
     let conn = client.connection(&broker.addr).await.unwrap();
     assert_eq!(conn.cluster_id(), Some("fake-cluster"));
-    assert_eq!(client.cluster_id().as_deref(), Some("fake-cluster"));
+    assert_eq!(
+        client.metadata().cluster_id().as_deref(),
+        Some("fake-cluster")
+    );
     let first: Vec<ApiKey> = broker.seen.lock().unwrap().iter().map(|s| s.0).collect();
     assert_eq!(
         first,
@@ -151,7 +154,7 @@ async fn a_connection_asks_the_cluster_id_first_and_answers_of_an_old_cluster_ar
     let again = client.connection(&broker.addr).await.unwrap();
     assert!(!Arc::ptr_eq(&conn, &again), "a new connection");
     assert_eq!(
-        client.cluster_id().as_deref(),
+        client.metadata().cluster_id().as_deref(),
         Some("fake-cluster"),
         "which asked again"
     );
@@ -199,7 +202,7 @@ async fn a_hung_broker_whose_backoff_ended_is_asked_after_busy_live_ones() {
     config.request_timeout = Duration::from_millis(300);
     config.connect_timeout = Duration::from_millis(300);
     let client = KafkaClient::new(config).unwrap();
-    client.refresh_metadata(&[]).await.unwrap();
+    client.metadata().refresh_metadata(&[]).await.unwrap();
     assert!(client.connection(&hung.addr).await.is_err());
     until_unblocked(&client, &hung.addr).await;
     let asked_hung = || hung.requests(ApiKey::Metadata).len();
