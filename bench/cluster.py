@@ -264,7 +264,7 @@ def warm(services, paths):
                        stdout=subprocess.DEVNULL)
 
 
-def alternating(services, paths, c, order, jvm):
+def alternating(services, paths, c, order, jvm, proxy=None):
     """wrk runs of SECONDS/2 at concurrency c against services[label] for
     each label of `order` (each after WARMUP s of load on that service);
     per label the runs combined. The service's counters and CPU time, and
@@ -275,9 +275,12 @@ def alternating(services, paths, c, order, jvm):
         subprocess.run(wrk_command(service.url, c, WARMUP), env=wrk_env(paths), check=True,
                        stdout=subprocess.DEVNULL)
         m0, cpu0, jvm0 = service.metrics(), cpu_seconds(service.proc.pid), jvm.start()
+        proxy0 = proxy.cpu() if proxy else None
         r = wrk(service.url, paths, c, max(2, SECONDS // 2), warmup=0)
         r["kafka"] = kafka_counts(m0, service.metrics(), cpu_seconds(service.proc.pid) - cpu0)
         r["kafka"]["kafka_cpu_s"] = jvm.since(jvm0)
+        if proxy:
+            r["kafka"]["proxy_cpu_s"] = proxy.cpu() - proxy0
         runs[label].append(r)
         say(f"c={c}", label, {k: v for k, v in r.items() if k != "kafka"})
     return {label: combine(rs) for label, rs in runs.items()}
@@ -320,7 +323,9 @@ def combine(runs):
                       if describe else None,
                       "cpu_ms_per_1000": 1e6 * k["cpu_s"] / max(requests, 1),
                       "kafka_cpu_ms_per_1000": 1e6 * k["kafka_cpu_s"] / max(requests, 1)
-                      if "kafka_cpu_s" in k else None}}
+                      if "kafka_cpu_s" in k else None,
+                      "proxy_cpu_ms_per_1000": 1e6 * k["proxy_cpu_s"] / max(requests, 1)
+                      if "proxy_cpu_s" in k else None}}
 
 
 def by_label(samples, name, label):

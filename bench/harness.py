@@ -1,4 +1,5 @@
-"""What bench/run (one broker) and bench/cluster.py (three brokers) share:
+"""What bench/run (one broker), bench/cluster.py (three brokers) and
+bench/network.py (three brokers behind a delay) share:
 running commands, the service under test, wrk, the Java peer, Kafka
 instances, metrics, the machine and versions, and docs/benchmarks.md, whose
 cluster section each mode keeps when it rewrites the other's part."""
@@ -20,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
 WARMUP = 2
-CONCURRENCY = [1, 64, 512]
+CONCURRENCY = [int(c) for c in os.environ.get("BENCH_CONCURRENCY", "1,64,512").split(",")]
 ROLES = int(os.environ.get("BENCH_ROLES", "1000"))
 # cargo's target directory: CARGO_TARGET_DIR, as cargo reads it, else target/
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target").absolute()
@@ -30,6 +31,8 @@ DOC = ROOT / "docs/benchmarks.md"
 # docs/benchmarks.md: bench/run writes what comes before this heading,
 # bench/run --cluster this heading and everything after it.
 CLUSTER_HEADING = "## On a three-broker cluster"
+# bench/run --network writes this heading and everything after it.
+NETWORK_HEADING = "## On a network with round trips"
 
 
 def say(*args):
@@ -247,18 +250,25 @@ def fmt(x, digits=1):
     return f"{x:,.{digits}f}"
 
 
-def write_doc(single=None, cluster=None):
-    """Rewrites docs/benchmarks.md with a new single-node part and/or a new
-    cluster section; a part not given is kept as it is in the file."""
+def write_doc(single=None, cluster=None, network=None):
+    """Rewrites docs/benchmarks.md with a new single-node part, cluster
+    section and/or network section (bench/run, --cluster, --network); a
+    part not given is kept as it is in the file."""
     old = DOC.read_text() if DOC.exists() else ""
-    cut = old.find("\n" + CLUSTER_HEADING + "\n")
-    old_single, old_cluster = (old, "") if cut < 0 else (old[:cut + 1], old[cut + 1:])
+
+    def cut(text, heading):
+        at = text.find("\n" + heading + "\n")
+        return (text, "") if at < 0 else (text[:at + 1], text[at + 1:])
+    rest, old_network = cut(old, NETWORK_HEADING)
+    old_single, old_cluster = cut(rest, CLUSTER_HEADING)
     single = old_single if single is None else single
     cluster = old_cluster if cluster is None else cluster
+    network = old_network if network is None else network
     if not single:
         single = "# Benchmarks\n\nRun `bench/run` for the single-node sections.\n"
     doc = single.rstrip("\n") + "\n"
-    if cluster:
-        doc += "\n" + cluster.rstrip("\n") + "\n"
+    for part in (cluster, network):
+        if part:
+            doc += "\n" + part.rstrip("\n") + "\n"
     DOC.parent.mkdir(exist_ok=True)
     DOC.write_text(doc)
