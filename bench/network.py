@@ -30,7 +30,7 @@ and each of BENCH_DELAYS_MS (default 0.25 and 1 ms one way):
 
 And, without delay, the scale-out: 1, 4 and 8 replicas of the service at
 the same total open-loop check rate (BENCH_SCALE_RATE, default 800/s, split
-evenly): the brokers' CPU per 1,000 checks, Kafka requests per check, the
+evenly; after a warm-up, each count twice, in the order 1 4 8 8 4 1): the brokers' CPU per 1,000 checks, Kafka requests per check, the
 Kafka requests per second of each replica while idle, whether every
 replica's roster views agree on each holder, and every answer's verdict.
 
@@ -62,6 +62,7 @@ GO_PEER = TARGET / "describe-load-go"
 REPLICAS = [1, 4, 8]
 SCALE_RATE = float(os.environ.get("BENCH_SCALE_RATE", "800"))
 SCALE_S = int(os.environ.get("BENCH_SCALE_SECONDS", "20"))
+SCALE_WARMUP_S = 30
 IDLE_S = 15
 VIEW_ROLES = 100  # roles whose views every replica is asked for
 
@@ -237,63 +238,111 @@ def requests_total(samples):
 
 
 def scale_out(bootstrap, roles):
-    """1, 4 and 8 replicas at SCALE_RATE checks/s in all."""
-    out = {}
+    """1, 4 and 8 replicas at SCALE_RATE checks/s in all: after a warm-up
+    (the brokers' JIT: the first minutes of a fresh cluster cost it up to
+    twice the CPU per check), each count twice, in the order 1 4 8 8 4 1,
+    so a drift of the brokers' cost weighs on every count alike."""
     jvm = cl.KafkaCpu(NETWORK, idle_s=1)
-    for n in REPLICAS:
-        say(f"--- {n} replicas")
-        replicas = [Service(bootstrap, TOPIC) for _ in range(n)]
-        try:
-            for r in replicas:
-                r.wait_ready()
-            time.sleep(3)
-            # Idle: what each replica asks of Kafka with nothing to check.
-            m0, t0 = [r.metrics() for r in replicas], time.monotonic()
-            k0 = jvm.seconds()
-            time.sleep(IDLE_S)
-            m1, t1 = [r.metrics() for r in replicas], time.monotonic()
-            idle_kafka_cpu = (jvm.seconds() - k0) / (t1 - t0)
-            idle = [(requests_total(b) - requests_total(a)) / (t1 - t0) for a, b in zip(m0, m1)]
-            idle_by_api = {}
-            for a, b in zip(m0, m1):
-                for api, x in cl.by_label(b, "krabka_kafka_requests_total", "api").items():
-                    y = x - cl.by_label(a, "krabka_kafka_requests_total", "api").get(api, 0)
-                    idle_by_api[api] = idle_by_api.get(api, 0) + y / (t1 - t0) / n
-            # Loaded: the same total rate, split evenly.
-            probes = [cl.Probe(r.url, roles, rate=SCALE_RATE / n) for r in replicas]
-            for p in probes:
-                p.start()
-            time.sleep(3)
-            m0, k0, t0 = [r.metrics() for r in replicas], jvm.seconds(), time.monotonic()
-            time.sleep(SCALE_S)
-            m1, k1, t1 = [r.metrics() for r in replicas], jvm.seconds(), time.monotonic()
-            events = [e for p in probes for e in p.stop()]
-            checks = sum(metric_sum(b, "krabka_authority_checks_total")
-                         - metric_sum(a, "krabka_authority_checks_total") for a, b in zip(m0, m1))
-            requests = sum(requests_total(b) - requests_total(a) for a, b in zip(m0, m1))
-            outcomes = {}
-            for e in events:
-                outcomes[e[3]] = outcomes.get(e[3], 0) + 1
-            out[str(n)] = {
-                "checks": checks,
-                "checks_per_s": checks / (t1 - t0),
-                "kafka_cpu_ms_per_1000": 1e6 * (k1 - k0) / max(checks, 1),
-                "kafka_cpu_above_idle_ms_per_1000":
-                    1e6 * max(0.0, k1 - k0 - idle_kafka_cpu * (t1 - t0)) / max(checks, 1),
-                "kafka_requests_per_check": requests / max(checks, 1),
-                "idle_requests_per_replica_s": idle,
-                "idle_by_api_per_replica_s": idle_by_api,
-                "idle_kafka_cpu_s_per_s": idle_kafka_cpu,
-                "outcomes": outcomes,
-                "wrong_200": outcomes.get("http:200", 0),
-                "views": views_agree(replicas, roles[:VIEW_ROLES]),
-            }
-            say(n, "replicas", {k: v for k, v in out[str(n)].items()
-                                if k not in ("idle_requests_per_replica_s",)})
-        finally:
-            for r in replicas:
-                r.stop()
-    return out
+    say(f"--- warm-up: 1 replica, {SCALE_WARMUP_S} s")
+    warm = Service(bootstrap, TOPIC)
+    try:
+        warm.wait_ready()
+        probe = cl.Probe(warm.url, roles, rate=SCALE_RATE)
+        probe.start()
+        time.sleep(SCALE_WARMUP_S)
+        probe.stop()
+    finally:
+        warm.stop()
+    passes = {str(n): [] for n in REPLICAS}
+    for n in REPLICAS + REPLICAS[::-1]:
+        passes[str(n)].append(scale_pass(bootstrap, roles, n, jvm))
+    return {n: combined(p) for n, p in passes.items()}
+
+
+def combined(passes):
+    """The passes of one replica count as one: sums over both, the views
+    and verdicts of every pass, and each pass's own CPU per check."""
+    checks = sum(p["checks"] for p in passes)
+    seconds = sum(p["seconds"] for p in passes)
+    outcomes = {}
+    for p in passes:
+        for k, x in p["outcomes"].items():
+            outcomes[k] = outcomes.get(k, 0) + x
+    idle_by_api = {}
+    for p in passes:
+        for api, x in p["idle_by_api_per_replica_s"].items():
+            idle_by_api[api] = idle_by_api.get(api, 0) + x / len(passes)
+    return {
+        "checks": checks,
+        "checks_per_s": checks / seconds,
+        "kafka_cpu_ms_per_1000": 1e6 * sum(p["kafka_cpu_s"] for p in passes) / max(checks, 1),
+        "kafka_cpu_above_idle_ms_per_1000":
+            1e6 * sum(p["kafka_cpu_above_idle_s"] for p in passes) / max(checks, 1),
+        "passes_kafka_cpu_ms_per_1000": [1e6 * p["kafka_cpu_s"] / max(p["checks"], 1)
+                                         for p in passes],
+        "kafka_requests_per_check": sum(p["requests"] for p in passes) / max(checks, 1),
+        "idle_requests_per_replica_s": [x for p in passes for x in p["idle_requests_per_replica_s"]],
+        "idle_by_api_per_replica_s": idle_by_api,
+        "outcomes": outcomes,
+        "wrong_200": outcomes.get("http:200", 0),
+        "views": {"roles": passes[0]["views"]["roles"],
+                  "disagree": max(p["views"]["disagree"] for p in passes),
+                  "examples": [e for p in passes for e in p["views"]["examples"]][:3],
+                  "leased": min(p["views"]["leased"] for p in passes),
+                  "not_the_minted_token": max(p["views"]["not_the_minted_token"] for p in passes)},
+    }
+
+
+def scale_pass(bootstrap, roles, n, jvm):
+    """n replicas: idle, then loaded at SCALE_RATE / n each."""
+    say(f"--- {n} replicas")
+    replicas = [Service(bootstrap, TOPIC) for _ in range(n)]
+    try:
+        for r in replicas:
+            r.wait_ready()
+        time.sleep(3)
+        # Idle: what each replica asks of Kafka with nothing to check.
+        m0, t0 = [r.metrics() for r in replicas], time.monotonic()
+        k0 = jvm.seconds()
+        time.sleep(IDLE_S)
+        m1, t1 = [r.metrics() for r in replicas], time.monotonic()
+        idle_kafka_cpu = (jvm.seconds() - k0) / (t1 - t0)
+        idle = [(requests_total(b) - requests_total(a)) / (t1 - t0) for a, b in zip(m0, m1)]
+        idle_by_api = {}
+        for a, b in zip(m0, m1):
+            for api, x in cl.by_label(b, "krabka_kafka_requests_total", "api").items():
+                y = x - cl.by_label(a, "krabka_kafka_requests_total", "api").get(api, 0)
+                idle_by_api[api] = idle_by_api.get(api, 0) + y / (t1 - t0) / n
+        # Loaded: the same total rate, split evenly.
+        probes = [cl.Probe(r.url, roles, rate=SCALE_RATE / n) for r in replicas]
+        for p in probes:
+            p.start()
+        time.sleep(3)
+        m0, k0, t0 = [r.metrics() for r in replicas], jvm.seconds(), time.monotonic()
+        time.sleep(SCALE_S)
+        m1, k1, t1 = [r.metrics() for r in replicas], jvm.seconds(), time.monotonic()
+        events = [e for p in probes for e in p.stop()]
+        checks = sum(metric_sum(b, "krabka_authority_checks_total")
+                     - metric_sum(a, "krabka_authority_checks_total") for a, b in zip(m0, m1))
+        outcomes = {}
+        for e in events:
+            outcomes[e[3]] = outcomes.get(e[3], 0) + 1
+        out = {
+            "checks": checks,
+            "seconds": t1 - t0,
+            "kafka_cpu_s": k1 - k0,
+            "kafka_cpu_above_idle_s": max(0.0, k1 - k0 - idle_kafka_cpu * (t1 - t0)),
+            "requests": sum(requests_total(b) - requests_total(a) for a, b in zip(m0, m1)),
+            "idle_requests_per_replica_s": idle,
+            "idle_by_api_per_replica_s": idle_by_api,
+            "outcomes": outcomes,
+            "views": views_agree(replicas, roles[:VIEW_ROLES]),
+        }
+        say(n, "replicas", {k: v for k, v in out.items() if k != "idle_requests_per_replica_s"})
+        return out
+    finally:
+        for r in replicas:
+            r.stop()
 
 
 def views_agree(replicas, roles):
@@ -404,9 +453,11 @@ def render(results):
     if scale:
         lines += ["### Scale-out: replicas at one total rate", "",
                   f"Open-loop checks at {results['scale_rate']:.0f}/s in all, split evenly over "
-                  f"the replicas, no delay. Kafka's CPU is that of its four JVMs over the run, "
-                  f"idle polls of every replica included (above idle: less their rate with the "
-                  f"replicas attached and unloaded).", "",
+                  f"the replicas, no delay; after {SCALE_WARMUP_S} s of warm-up, each count twice "
+                  f"in the order 1 4 8 8 4 1, {SCALE_S} s each, the two passes combined. Kafka's "
+                  f"CPU is that of its four JVMs over the run, idle polls of every replica "
+                  f"included (each pass's own in parentheses; above idle: less their rate with "
+                  f"the replicas attached and unloaded).", "",
                   "| replicas | checks/s | Kafka CPU ms / 1,000 checks | above idle | Kafka requests / check "
                   "| idle requests / s per replica | views agreeing | wrong 200s | other answers |",
                   "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -415,7 +466,8 @@ def render(results):
             views = s["views"]
             other = {k: x for k, x in s["outcomes"].items() if k != "ok"}
             lines.append(
-                f"| {n} | {fmt(s['checks_per_s'], 0)} | {fmt(s['kafka_cpu_ms_per_1000'], 0)} "
+                f"| {n} | {fmt(s['checks_per_s'], 0)} | {fmt(s['kafka_cpu_ms_per_1000'], 0)} ("
+                f"{', '.join(fmt(x, 0) for x in s.get('passes_kafka_cpu_ms_per_1000', []))}) "
                 f"| {fmt(s['kafka_cpu_above_idle_ms_per_1000'], 0)} "
                 f"| {s['kafka_requests_per_check']:.2f} | {min(idle):.1f}-{max(idle):.1f} "
                 f"| {views['roles'] - views['disagree']} of {views['roles']} | {s['wrong_200']} "
