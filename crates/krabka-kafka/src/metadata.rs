@@ -230,11 +230,17 @@ impl ClusterMetadata<'_> {
     }
 
     /// Sends a probe to every stale broker whose next one is due (each in
-    /// its own task): an answer behind nowhere makes it current again.
+    /// its own task), asking for the topics it was found behind on too: an
+    /// answer behind nowhere that reports those makes it current again.
     pub(crate) fn probe_stale(&self) {
-        for addr in self.client.state().epochs().due_probes() {
+        for (addr, behind_on) in self.client.state().epochs().due_probes() {
             let client = self.client.clone();
-            let topics = self.refresh_topics(None);
+            let mut topics = self.refresh_topics(None);
+            for topic in behind_on {
+                if !topics.contains(&topic) {
+                    topics.push(topic);
+                }
+            }
             tokio::spawn(async move {
                 if let Err(error) = client.metadata().metadata_from(&addr, topics).await {
                     tracing::debug!(broker = %addr, %error, "a probe of a stale broker failed");

@@ -51,7 +51,12 @@ pub fn unique(prefix: &str) -> String {
 /// failure needs. `RUST_LOG` overrides the default level.
 pub fn capture_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "krabka_authority=info".into());
+        // Every crate of the workspace: since the split, what the Kafka
+        // client retried and why logs under krabka_kafka.
+        .unwrap_or_else(|_| {
+            "krabka_authority=info,krabka_kafka=info,krabka_coordination=info,krabka_leadership=info"
+                .into()
+        });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_test_writer()

@@ -28,7 +28,11 @@
 //! - **Caught up.** A stale broker is not asked for metadata, coordinator
 //!   lookups or confirmations; it is probed instead, with a Metadata request
 //!   once per backoff step (`retry.backoff.ms` doubling to its max), and an
-//!   answer that is behind nowhere makes it current again.
+//!   answer that is behind nowhere *and reports every partition it was
+//!   found behind on or deposed from* makes it current again. An answer
+//!   that leaves those out (another topic list, a topic answered with an
+//!   error) says nothing of them: a cut-off broker was seen caught up by
+//!   one, and asked for lookups again while still cut off.
 //! - **Confirmed.** An answer of a current broker Y naming broker L leader
 //!   of a partition at the newest epoch, Y ≠ L, confirms that L led the
 //!   partition when the request was sent. A read from L under that epoch is
@@ -73,6 +77,9 @@ struct Behind {
     since: Instant,
     /// The next probe waits for this gate.
     probe: Gate,
+    /// The partitions it was found behind on or deposed from: its answer
+    /// must report each to catch up.
+    on: Vec<(String, i32)>,
 }
 
 /// What one Metadata answer is.
@@ -149,16 +156,25 @@ impl Epochs {
                         newest.epoch,
                         sent.saturating_duration_since(newest.since).as_millis()
                     );
-                    (why, newest.since)
+                    (why, newest.since, (topic.clone(), p.index))
                 })
             })
         });
         let was_stale = inner.stale.contains_key(from);
+        if was_stale
+            && behind.is_none()
+            && let Some(missing) = unreported(&inner.stale[from].on, answer)
+        {
+            return Judgement::Stale {
+                first: false,
+                why: format!("its answer does not report {missing}, which it was behind on"),
+            };
+        }
         let caught_up = was_stale && behind.is_none();
         match behind {
             // Behind for longer than a moment, or still behind: stale.
-            Some((why, since)) if was_stale || since + LAG_GRACE <= sent => {
-                let first = self.mark(&mut inner, from, now);
+            Some((why, since, on)) if was_stale || since + LAG_GRACE <= sent => {
+                let first = self.mark(&mut inner, from, now, on);
                 return Judgement::Stale { first, why };
             }
             // Lagging by a moment: used (with the newer entries), and
@@ -204,6 +220,7 @@ impl Epochs {
                                     "it led {topic}-{} at epoch {old_epoch}, and broker {from} names leader {} at epoch {}",
                                     p.index, p.leader, p.leader_epoch
                                 ),
+                                key.clone(),
                             ));
                         }
                         inner.newest.insert(
@@ -220,22 +237,34 @@ impl Epochs {
             }
         }
         // Each deposed broker once, and only when newly stale.
-        deposed.retain(|(addr, _)| self.mark(&mut inner, addr, now));
+        let deposed = deposed
+            .into_iter()
+            .filter(|(addr, _, on)| self.mark(&mut inner, addr, now, on.clone()))
+            .map(|(addr, why, _)| (addr, why))
+            .collect();
         self.any_stale
             .store(!inner.stale.is_empty(), Ordering::Release);
         Judgement::Current { caught_up, deposed }
     }
 
     /// Marks `addr` stale; true when it was not before.
-    fn mark(&self, inner: &mut Inner, addr: &str, now: Instant) -> bool {
-        if inner.stale.contains_key(addr) {
+    fn mark(&self, inner: &mut Inner, addr: &str, now: Instant, on: (String, i32)) -> bool {
+        if let Some(behind) = inner.stale.get_mut(addr) {
+            if !behind.on.contains(&on) {
+                behind.on.push(on);
+            }
             return false;
         }
         let mut probe = Gate::new(self.backoff.clone());
         probe.shut(now);
-        inner
-            .stale
-            .insert(addr.to_owned(), Behind { since: now, probe });
+        inner.stale.insert(
+            addr.to_owned(),
+            Behind {
+                since: now,
+                probe,
+                on: vec![on],
+            },
+        );
         self.any_stale.store(true, Ordering::Release);
         true
     }
@@ -260,9 +289,10 @@ impl Epochs {
         stale
     }
 
-    /// The stale brokers whose next probe is due; each one's gate shuts for
-    /// the next step.
-    pub(crate) fn due_probes(&self) -> Vec<String> {
+    /// The stale brokers whose next probe is due, each with the topics of
+    /// the partitions it must report to catch up; each one's gate shuts
+    /// for the next step.
+    pub(crate) fn due_probes(&self) -> Vec<(String, Vec<String>)> {
         if !self.any_stale.load(Ordering::Acquire) {
             return Vec::new();
         }
@@ -274,7 +304,10 @@ impl Epochs {
             .filter(|(_, b)| b.probe.is_open(now))
             .map(|(addr, b)| {
                 b.probe.shut(now);
-                addr.clone()
+                let mut topics: Vec<String> = b.on.iter().map(|(t, _)| t.clone()).collect();
+                topics.sort_unstable();
+                topics.dedup();
+                (addr.clone(), topics)
             })
             .collect()
     }
@@ -315,6 +348,28 @@ impl Epochs {
         inner.stale.clear();
         self.any_stale.store(false, Ordering::Release);
     }
+}
+
+/// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
+const UNKNOWN_TOPIC: i16 = 3;
+
+/// The first of `on` that `answer` does not report with a leader epoch
+/// (as `topic-partition`), or `None` when it reports them all. A topic the
+/// broker calls unknown reports its partitions: it was deleted (a broker
+/// cut off before then still knows it, since it led a partition of it).
+fn unreported(on: &[(String, i32)], answer: &MetadataAnswer) -> Option<String> {
+    on.iter()
+        .find(|(topic, index)| {
+            !answer.topics.iter().any(|(t, meta)| {
+                t == topic
+                    && (meta.error == UNKNOWN_TOPIC
+                        || meta
+                            .partitions
+                            .iter()
+                            .any(|p| p.index == *index && p.leader_epoch >= 0))
+            })
+        })
+        .map(|(topic, index)| format!("{topic}-{index}"))
 }
 
 #[cfg(test)]
@@ -394,6 +449,41 @@ mod tests {
         assert_eq!(epochs.stale().len(), 1, "broker 3 until it answers");
         judge(&epochs, 3, &[(0, 2, 6)]);
         assert!(epochs.stale().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stale_broker_catches_up_only_by_reporting_the_partitions_it_was_behind_on() {
+        // Broker 1 led t-0 at epoch 4; broker 2 names broker 3 at 5: broker
+        // 1 is deposed, stale on t-0.
+        let epochs = epochs();
+        judge(&epochs, 1, &[(0, 1, 4)]);
+        judge(&epochs, 2, &[(0, 3, 5)]);
+        assert!(epochs.is_stale("b:1"));
+        // Answers that leave t-0 out say nothing of it: a cut-off broker
+        // answering another partition, or the topic without partitions, is
+        // still stale.
+        for silent in [&[(1, 2, 7)][..], &[]] {
+            let judged = judge(&epochs, 1, silent);
+            assert!(
+                matches!(&judged, Judgement::Stale { first: false, why } if why.contains("t-0")),
+                "{silent:?}: {judged:?}"
+            );
+            assert!(epochs.is_stale("b:1"));
+        }
+        // Its probe asks for t.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        let probes = epochs.due_probes();
+        assert_eq!(probes, [("b:1".to_owned(), vec!["t".to_owned()])]);
+        // Reporting t-0 at the newest epoch catches it up.
+        let caught = judge(&epochs, 1, &[(0, 3, 5), (1, 2, 7)]);
+        assert!(matches!(
+            caught,
+            Judgement::Current {
+                caught_up: true,
+                ..
+            }
+        ));
+        assert!(!epochs.is_stale("b:1"));
     }
 
     #[tokio::test(start_paused = true)]
