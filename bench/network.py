@@ -30,8 +30,9 @@ and each of BENCH_DELAYS_MS (default 0.25 and 1 ms one way):
 
 And, without delay, the scale-out: 1, 4 and 8 replicas of the service at
 the same total open-loop check rate (BENCH_SCALE_RATE, default 800/s, split
-evenly; after a warm-up, each count twice, in the order 1 4 8 8 4 1): the brokers' CPU per 1,000 checks, Kafka requests per check, the
-Kafka requests per second of each replica while idle, whether every
+evenly; after a warm-up, each count twice, in the order 1 4 8 8 4 1): the
+brokers' CPU per 1,000 checks, Kafka requests per check, the Kafka requests
+per second of each replica while idle, whether every
 replica's roster views agree on each holder, and every answer's verdict.
 
 Set KRABKA_KAFKA_STATE to keep its brokers apart from others'.

@@ -30,8 +30,8 @@
 //!   once per backoff step (`retry.backoff.ms` doubling to its max), and an
 //!   answer that is behind nowhere *and reports every partition it was
 //!   found behind on or deposed from* makes it current again. An answer
-//!   that leaves those out (another topic list, a topic answered with an
-//!   error) says nothing of them: a cut-off broker was seen caught up by
+//!   that leaves those out (another topic list, a topic without its
+//!   partitions) says nothing of them: a cut-off broker was seen caught up by
 //!   one, and asked for lookups again while still cut off.
 //! - **Confirmed.** An answer of a current broker Y naming broker L leader
 //!   of a partition at the newest epoch, Y ≠ L, confirms that L led the
@@ -48,6 +48,7 @@ use tokio::time::Instant;
 
 use super::view::MetadataAnswer;
 use crate::backoff::{Backoff, Gate, Jitter};
+use crate::error::ResponseError;
 use krabka_coordination::sync::lock;
 
 /// How long after another broker reported a newer leader epoch a broker may
@@ -350,9 +351,6 @@ impl Epochs {
     }
 }
 
-/// Kafka's UNKNOWN_TOPIC_OR_PARTITION.
-const UNKNOWN_TOPIC: i16 = 3;
-
 /// The first of `on` that `answer` does not report with a leader epoch
 /// (as `topic-partition`), or `None` when it reports them all. A topic the
 /// broker calls unknown reports its partitions: it was deleted (a broker
@@ -362,7 +360,7 @@ fn unreported(on: &[(String, i32)], answer: &MetadataAnswer) -> Option<String> {
         .find(|(topic, index)| {
             !answer.topics.iter().any(|(t, meta)| {
                 t == topic
-                    && (meta.error == UNKNOWN_TOPIC
+                    && (meta.error == ResponseError::UnknownTopicOrPartition.code()
                         || meta
                             .partitions
                             .iter()
