@@ -612,3 +612,75 @@ async fn a_quiet_partitions_view_is_at_most_one_roster_ttl_old() {
         "the view ages between reads: {oldest} ms"
     );
 }
+
+/// A transaction left open on a partition (another producer's, its timeout
+/// far off) holds the partition's last stable offset back: what is written
+/// after it stays unread, and its roles' views age from the moment it began
+/// instead of claiming each read's freshness. Once it commits, the view is
+/// fresh again and holds what waited behind it.
+#[tokio::test]
+async fn a_transaction_left_open_ages_the_view_from_when_it_began() {
+    let topic = topic(1).await;
+    let service = start(watcher_config(&topic)).await;
+    ready(&service).await;
+    let role = unique("held-back");
+    let t = transport(&topic).await;
+    t.register(&role, "before", 1).await.unwrap();
+    let members = |view: &Value| -> Vec<String> {
+        view["members"]
+            .as_array()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|m| m["member"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    eventually(|| async { (members(&view(&service, &role).await) == ["before"]).then_some(()) })
+        .await;
+
+    let kafka = client();
+    let writer = unique("open-txn");
+    let mut session = kafka
+        .producer()
+        .init_producer_id(&writer, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let key = Bytes::from(encode_key(&Key::lease(&writer)).unwrap());
+    let mut txn = kafka.producer().begin(&mut session).unwrap();
+    let opened = Instant::now();
+    txn.send(&topic, 0, key, Some(Bytes::from_static(b"{}")), 1)
+        .await
+        .unwrap();
+    t.register(&role, "after", 2).await.unwrap();
+    // Reads keep reaching the last stable offset; the view must not say so.
+    let mut youngest_late = u64::MAX;
+    while opened.elapsed() < Duration::from_secs(4) {
+        let v = view(&service, &role).await;
+        let held = opened.elapsed();
+        assert_eq!(members(&v), ["before"], "read past the open transaction");
+        if held > Duration::from_secs(1) {
+            let age = v["view"]["ageMs"].as_u64().unwrap();
+            // The view was complete at best when the transaction began.
+            assert!(
+                age + 100 >= held.as_millis() as u64,
+                "a view claiming {age} ms, {held:?} after the transaction began"
+            );
+            youngest_late = youngest_late.min(age);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    txn.commit().await.unwrap();
+    let committed = Instant::now();
+    let fresh = eventually(|| async {
+        let v = view(&service, &role).await;
+        (members(&v) == ["before", "after"]).then_some(v)
+    })
+    .await;
+    let age = fresh["view"]["ageMs"].as_u64().unwrap();
+    eprintln!(
+        "views 1-4 s into the open transaction at least {youngest_late} ms old; fresh again {:?} after the commit, {age} ms old",
+        committed.elapsed()
+    );
+    assert!(age < 1_000, "a view {age} ms old after the commit");
+}

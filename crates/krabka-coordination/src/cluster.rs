@@ -66,7 +66,10 @@ pub enum Tailed {
         last_stable_offset: i64,
         /// The instant as of which the log held nothing more than what was
         /// read, as far as anyone can know: the earlier of the read's send
-        /// instant and the last time another broker confirmed its leader.
+        /// instant and the last time another broker confirmed its leader,
+        /// and no later than the send instant of the latest read whose high
+        /// watermark the reads have reached (an open transaction holds the
+        /// last stable offset back, and what was written after it unread).
         /// `None` when its leader is not confirmed (then the reader's
         /// freshness stays where it was).
         complete_as_of: Option<Instant>,

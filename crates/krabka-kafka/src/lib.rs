@@ -67,6 +67,7 @@ mod retry;
 #[cfg(test)]
 mod rotation;
 mod security;
+mod settled;
 mod state;
 mod tail;
 mod tls;

@@ -20,7 +20,10 @@
 //! confirmations, one round per long-poll interval
 //! ([`KafkaClient::confirm_leaders`], on the client's shared connections so
 //! no poll delays them); a confirmation naming a newer leader moves the
-//! next poll there.
+//! next poll there. And a read that stops at a last stable offset an open
+//! transaction holds back is complete only as of the latest answer whose
+//! high watermark it has read up to (`settled`): behind a hanging
+//! transaction the instant stays where it began.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -33,12 +36,18 @@ use super::client::KafkaClient;
 use super::config::Broker;
 use super::error::{KafkaError, ResponseError};
 use super::fetch::{Chunks, Cursor, EARLIEST, FetchPosition, Reader};
+use super::settled::Settled;
 use super::state::Lesson;
 use crate::backoff::{Backoff, Gate, Jitter};
 use krabka_coordination::cluster::Tailed;
 
 /// A poll is overdue this long after its long-poll wait.
 const OVERDUE_MARGIN: Duration = Duration::from_millis(500);
+
+/// A partition whose reads an open transaction holds back this long is
+/// logged (at warn, once until it ends): the lease transactions of this
+/// protocol take milliseconds.
+const HELD_BACK_WARN: Duration = Duration::from_secs(5);
 
 /// What one poll of one leader brought: per partition, a chunk or an error.
 type Answers = Result<Chunks, KafkaError>;
@@ -59,6 +68,10 @@ struct Tailer {
     topic: String,
     long_poll: Duration,
     cursors: Vec<Cursor>,
+    /// Per partition, the answers whose high watermark is not read yet.
+    settled: Vec<Settled>,
+    /// Per partition, whether it was logged as held back.
+    held_back: Vec<bool>,
     /// Per partition failing: no read before its gate opens.
     backoff: Vec<Option<Gate>>,
     tx: mpsc::Sender<Tailed>,
@@ -76,6 +89,8 @@ impl Reader<'_> {
             topic: topic.to_owned(),
             long_poll,
             backoff: vec![None; from.len()],
+            settled: from.iter().map(|_| Settled::default()).collect(),
+            held_back: vec![false; from.len()],
             cursors: from.into_iter().map(Cursor::at).collect(),
             tx,
         };
@@ -209,10 +224,28 @@ impl Tailer {
                         .iter()
                         .find(|p| p.partition == partition)
                         .map_or(-1, |p| p.leader_epoch);
-                    let complete_as_of =
-                        self.client
-                            .state()
-                            .complete_as_of(&self.topic, partition, epoch, sent);
+                    let settled = &mut self.settled[partition as usize];
+                    let complete_as_of = self
+                        .client
+                        .state()
+                        .complete_as_of(&self.topic, partition, epoch, sent)
+                        .and_then(|at| {
+                            settled.answer(at, chunk.high_watermark, cursor.next_offset())
+                        });
+                    let held = settled.held_back(Instant::now());
+                    let told = &mut self.held_back[partition as usize];
+                    match held {
+                        Some(held) if held >= HELD_BACK_WARN && !*told => {
+                            *told = true;
+                            tracing::warn!(topic = %self.topic, partition, last_stable_offset = chunk.last_stable_offset, high_watermark = chunk.high_watermark, held_back = ?held, "an open transaction holds the partition's last stable offset back: what was written after it stays unread, and its reads complete only as of when it began");
+                        }
+                        Some(held) if held >= HELD_BACK_WARN => {}
+                        _ if *told => {
+                            *told = false;
+                            tracing::info!(topic = %self.topic, partition, "the partition's last stable offset moves again");
+                        }
+                        _ => {}
+                    }
                     Ok(Tailed::Read {
                         partition,
                         records: chunk.records,

@@ -71,9 +71,12 @@ pub enum NotReady {
         /// Its last read's failure, if any.
         why: Option<String>,
     },
-    /// No other broker has confirmed the partition's leader yet: nothing
-    /// says as of when its reads are complete.
-    #[error("partition {partition}: no other broker has confirmed its leader yet")]
+    /// No read of the partition is complete as of any instant yet: no other
+    /// broker has confirmed its leader, or an open transaction has held its
+    /// last stable offset back since the first read.
+    #[error(
+        "partition {partition}: no read of it is complete yet (no other broker has confirmed its leader, or an open transaction holds its last stable offset back)"
+    )]
     Unconfirmed {
         /// The partition.
         partition: i32,

@@ -160,7 +160,7 @@ impl RoleMetrics {
                 let g = GaugeVec::new(
                     Opts::new(
                         "krabka_state_view_age_seconds",
-                        "How old the partition's roster views are: since the instant its log is known to have held nothing more (its last read, as far as another broker confirmed its leader). The x-krabka-view-age-ms of its views.",
+                        "How old the partition's roster views are: since the instant its log is known to have held nothing more (its last read, as far as another broker confirmed its leader and no open transaction held the last stable offset back). The x-krabka-view-age-ms of its views.",
                     ),
                     &["partition"],
                 )?;

@@ -335,8 +335,8 @@ async fn the_disk_of_a_roles_coordinator_and_leader_frozen_for_30_seconds() {
     // Asked again: a coordinator moved to X meanwhile is X's too.
     cluster().act("thaw", x);
     let thawed = Instant::now();
-    let traffic = traffic.finish().await;
     let thawed_ms = SystemClock.now_ms();
+    let traffic = traffic.finish().await;
     affected.extend(scene.coordinated_by(x).await);
     tokio::time::sleep(AFTER).await;
     stop.send_replace(true);

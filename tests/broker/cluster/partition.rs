@@ -128,8 +128,11 @@ async fn a_broker_cut_from_the_controller_while_it_coordinates_and_leads_a_held_
     let took = moved + takeover(&members.holders, &role, t1, budget).await;
     let t2 = members.holders.current(&role).unwrap();
     tokio::time::sleep(AFTER_MINT).await;
-    cluster().act("mend", x);
+    // The instant the link is back: `mend` restores it first, then waits
+    // (seconds) until the controller has unfenced X, and X may catch up
+    // and be asked again meanwhile.
     let mended = Instant::now();
+    cluster().act("mend", x);
     tokio::time::sleep(Duration::from_secs(5)).await;
     let scene = Scene {
         topic,

@@ -270,3 +270,93 @@ async fn a_read_has_its_leader_confirmed_by_another_broker_first() {
     );
     assert!(client.state().epochs().is_stale(&brokers[0].addr));
 }
+
+#[tokio::test]
+async fn reads_behind_a_hanging_transaction_are_complete_only_as_of_when_it_began() {
+    // One broker leads t-0. Its answers report the last stable offset and
+    // the high watermark of `ends`: first nothing open (3, 3), then a
+    // transaction that stays open at 3 while other writes raise the high
+    // watermark, then it ends (9, 9).
+    let ends = Arc::new(std::sync::Mutex::new((3i64, 3i64)));
+    let addr: Arc<std::sync::Mutex<String>> = Arc::default();
+    let script = {
+        let (ends, addr) = (ends.clone(), addr.clone());
+        Arc::new(
+            move |header: &kafka_protocol::messages::RequestHeader, _body: Bytes| {
+                let addr = addr.lock().unwrap().clone();
+                match ApiKey::try_from(header.request_api_key).unwrap() {
+                    ApiKey::Metadata => {
+                        let response: MetadataResponse =
+                            metadata(&[(1, addr.as_str())], Some(("t", &[(0, 1, 5)])));
+                        Some(answer(header, &response))
+                    }
+                    ApiKey::Fetch => {
+                        let (lso, hw) = *ends.lock().unwrap();
+                        let response = FetchResponse::default().with_responses(vec![
+                            FetchableTopicResponse::default()
+                                .with_topic(TopicName(StrBytes::from_static_str("t")))
+                                .with_partitions(vec![
+                                    PartitionData::default()
+                                        .with_partition_index(0)
+                                        .with_last_stable_offset(lso)
+                                        .with_high_watermark(hw),
+                                ]),
+                        ]);
+                        Some(answer(header, &response))
+                    }
+                    _ => None,
+                }
+            },
+        ) as crate::fake::Script
+    };
+    let broker = FakeBroker::start(script).await;
+    *addr.lock().unwrap() = broker.addr.clone();
+    let client = client(&[&broker.addr]);
+    let mut reads = client
+        .reader()
+        .tail("t", vec![3], Duration::from_millis(50));
+    let mut next = async || -> Option<Instant> {
+        match tokio::time::timeout(Duration::from_secs(5), reads.recv()).await {
+            Ok(Some(krabka_coordination::cluster::Tailed::Read { complete_as_of, .. })) => {
+                complete_as_of
+            }
+            other => panic!("no read: {other:?}"),
+        }
+    };
+    let fresh = |at: Option<Instant>, after: Instant| at.is_some_and(|at| at >= after);
+    // Nothing open: each read is complete as of its own fetch.
+    let before = Instant::now();
+    while !fresh(next().await, before) {
+        assert!(before.elapsed() < Duration::from_secs(5), "never complete");
+    }
+    // A transaction opens at 3 and hangs while the high watermark grows.
+    let opened = Instant::now();
+    let mut held = 0;
+    for hw in 4..=9 {
+        *ends.lock().unwrap() = (3, hw);
+        let began = Instant::now();
+        while began.elapsed() < Duration::from_millis(200) {
+            let at = next().await;
+            // A fetch sent just before the change may still come back.
+            if began.elapsed() > Duration::from_millis(100) {
+                let at = at.expect("complete as of before the transaction");
+                assert!(
+                    at <= opened,
+                    "a read complete {:?} after the transaction began",
+                    at - opened
+                );
+                held += 1;
+            }
+        }
+    }
+    // It ends: complete again as of the reads after it.
+    *ends.lock().unwrap() = (9, 9);
+    let ended = Instant::now();
+    while !fresh(next().await, ended) {
+        assert!(
+            ended.elapsed() < Duration::from_secs(5),
+            "never complete again"
+        );
+    }
+    assert!(held >= 6, "{held} reads behind the open transaction");
+}
