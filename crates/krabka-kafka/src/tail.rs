@@ -224,28 +224,26 @@ impl Tailer {
                         .iter()
                         .find(|p| p.partition == partition)
                         .map_or(-1, |p| p.leader_epoch);
-                    let settled = &mut self.settled[partition as usize];
+                    // An unconfirmed answer's high watermark says nothing
+                    // (a deposed leader's log): it neither settles nor waits.
                     let complete_as_of = self
                         .client
                         .state()
                         .complete_as_of(&self.topic, partition, epoch, sent)
                         .and_then(|at| {
-                            settled.answer(at, chunk.high_watermark, cursor.next_offset())
+                            let read_to = cursor.next_offset();
+                            let settled = &mut self.settled[partition as usize];
+                            let complete = settled.answer(at, chunk.high_watermark, read_to);
+                            let held = settled.held_back(Instant::now());
+                            tell_held_back(
+                                &mut self.held_back[partition as usize],
+                                held,
+                                &self.topic,
+                                partition,
+                                &chunk,
+                            );
+                            complete
                         });
-                    let held = settled.held_back(Instant::now());
-                    let told = &mut self.held_back[partition as usize];
-                    match held {
-                        Some(held) if held >= HELD_BACK_WARN && !*told => {
-                            *told = true;
-                            tracing::warn!(topic = %self.topic, partition, last_stable_offset = chunk.last_stable_offset, high_watermark = chunk.high_watermark, held_back = ?held, "an open transaction holds the partition's last stable offset back: what was written after it stays unread, and its reads complete only as of when it began");
-                        }
-                        Some(held) if held >= HELD_BACK_WARN => {}
-                        _ if *told => {
-                            *told = false;
-                            tracing::info!(topic = %self.topic, partition, "the partition's last stable offset moves again");
-                        }
-                        _ => {}
-                    }
                     Ok(Tailed::Read {
                         partition,
                         records: chunk.records,
@@ -392,5 +390,32 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+/// Logs a partition an open transaction has held back for
+/// [`HELD_BACK_WARN`] (once, at warn) and the end of it (`told` remembers).
+fn tell_held_back(
+    told: &mut bool,
+    held: Option<Duration>,
+    topic: &str,
+    partition: i32,
+    chunk: &super::fetch::FetchChunk,
+) {
+    let long = held.filter(|held| *held >= HELD_BACK_WARN);
+    match (long, *told) {
+        (Some(held), false) => {
+            *told = true;
+            tracing::warn!(topic, partition, last_stable_offset = chunk.last_stable_offset, high_watermark = chunk.high_watermark, held_back = ?held, "an open transaction holds the partition's last stable offset back: what was written after it stays unread, and its reads complete only as of when it began");
+        }
+        (None, true) => {
+            *told = false;
+            tracing::info!(
+                topic,
+                partition,
+                "the partition's last stable offset moves again"
+            );
+        }
+        _ => {}
     }
 }

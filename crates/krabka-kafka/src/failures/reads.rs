@@ -309,6 +309,7 @@ async fn reads_behind_a_hanging_transaction_are_complete_only_as_of_when_it_bega
             },
         ) as crate::fake::Script
     };
+    let logs = Logs::capture();
     let broker = FakeBroker::start(script).await;
     *addr.lock().unwrap() = broker.addr.clone();
     let client = client(&[&broker.addr]);
@@ -349,6 +350,18 @@ async fn reads_behind_a_hanging_transaction_are_complete_only_as_of_when_it_bega
             }
         }
     }
+    // Held back past HELD_BACK_WARN: said once, at warn.
+    while opened.elapsed() < Duration::from_millis(5_500) {
+        let at = next().await.expect("complete as of before the transaction");
+        assert!(at <= opened);
+    }
+    let held_back = "holds the partition's last stable offset back";
+    assert_eq!(
+        logs.lines("WARN", held_back).len(),
+        1,
+        "{:?}",
+        logs.lines("", "t")
+    );
     // It ends: complete again as of the reads after it.
     *ends.lock().unwrap() = (9, 9);
     let ended = Instant::now();
@@ -359,4 +372,9 @@ async fn reads_behind_a_hanging_transaction_are_complete_only_as_of_when_it_bega
         );
     }
     assert!(held >= 6, "{held} reads behind the open transaction");
+    assert_eq!(logs.lines("WARN", held_back).len(), 1);
+    assert_eq!(
+        logs.lines("INFO", "last stable offset moves again").len(),
+        1
+    );
 }
