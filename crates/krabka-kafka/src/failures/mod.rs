@@ -343,15 +343,26 @@ pub(super) fn fetched(
     body: Bytes,
     code: i16,
 ) -> Bytes {
+    fetched_as(
+        header,
+        body,
+        PartitionData::default()
+            .with_partition_index(0)
+            .with_error_code(code),
+    )
+}
+
+/// A Fetch answer of `partition` for the topic asked.
+pub(super) fn fetched_as(
+    header: &kafka_protocol::messages::RequestHeader,
+    body: Bytes,
+    partition: PartitionData,
+) -> Bytes {
     let asked: FetchRequest = request(header.request_api_version, body);
     let response = FetchResponse::default().with_responses(vec![
         FetchableTopicResponse::default()
             .with_topic(asked.topics[0].topic.clone())
-            .with_partitions(vec![
-                PartitionData::default()
-                    .with_partition_index(0)
-                    .with_error_code(code),
-            ]),
+            .with_partitions(vec![partition]),
     ]);
     answer(header, &response)
 }

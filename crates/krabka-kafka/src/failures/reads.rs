@@ -282,7 +282,7 @@ async fn reads_behind_a_hanging_transaction_are_complete_only_as_of_when_it_bega
     let script = {
         let (ends, addr) = (ends.clone(), addr.clone());
         Arc::new(
-            move |header: &kafka_protocol::messages::RequestHeader, _body: Bytes| {
+            move |header: &kafka_protocol::messages::RequestHeader, body: Bytes| {
                 let addr = addr.lock().unwrap().clone();
                 match ApiKey::try_from(header.request_api_key).unwrap() {
                     ApiKey::Metadata => {
@@ -292,17 +292,14 @@ async fn reads_behind_a_hanging_transaction_are_complete_only_as_of_when_it_bega
                     }
                     ApiKey::Fetch => {
                         let (lso, hw) = *ends.lock().unwrap();
-                        let response = FetchResponse::default().with_responses(vec![
-                            FetchableTopicResponse::default()
-                                .with_topic(TopicName(StrBytes::from_static_str("t")))
-                                .with_partitions(vec![
-                                    PartitionData::default()
-                                        .with_partition_index(0)
-                                        .with_last_stable_offset(lso)
-                                        .with_high_watermark(hw),
-                                ]),
-                        ]);
-                        Some(answer(header, &response))
+                        Some(fetched_as(
+                            header,
+                            body,
+                            PartitionData::default()
+                                .with_partition_index(0)
+                                .with_last_stable_offset(lso)
+                                .with_high_watermark(hw),
+                        ))
                     }
                     _ => None,
                 }
