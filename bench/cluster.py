@@ -221,7 +221,10 @@ def layout(bootstrap, roles_file, settle=False):
 def single_node(work, before):
     """Both builds at 64 on a single node, where describes are not confirmed:
     checks, and the paths no Kafka request is on (the HTTP floor /healthz and
-    the watcher's roster views), so a regression elsewhere shows too."""
+    the watcher's roster views), so a regression elsewhere shows too. Then
+    this commit with one runtime worker against the default count (one per
+    CPU), checks at 64 and 512 and /healthz at 64: docs/operations.md,
+    *Sizing*, cites the trade."""
     stop_instance(SINGLE)
     bootstrap = kafka("start", "--name", SINGLE)
     try:
@@ -233,14 +236,20 @@ def single_node(work, before):
         health.write_text("/healthz\n")
         services = {"after": Service(bootstrap, TOPIC),
                     "before": Service(bootstrap, TOPIC, binary=before)}
-        for service in services.values():
+        workers = {"after": services["after"],
+                   "one worker": Service(bootstrap, TOPIC, env={"TOKIO_WORKER_THREADS": "1"})}
+        for service in [*services.values(), workers["one worker"]]:
             service.wait_ready()
-        warm(services, paths)
+        warm({**services, **workers}, paths)
         jvm = KafkaCpu(SINGLE)
         abba = ["after", "before", "before", "after"]
+        one = ["after", "one worker", "one worker", "after"]
         return {"checks": alternating(services, paths, 64, abba, jvm),
                 "healthz": alternating(services, health, 64, abba, jvm),
-                "views": alternating(services, views, 64, abba, jvm)}
+                "views": alternating(services, views, 64, abba, jvm),
+                "workers": {"checks": alternating(workers, paths, 64, one, jvm),
+                            "checks_512": alternating(workers, paths, 512, one, jvm),
+                            "healthz": alternating(workers, health, 64, one, jvm)}}
     finally:
         stop_instance(SINGLE)
 
@@ -830,6 +839,7 @@ def render_price(results):
         jvm = f"{ka / kb:.2f} ×" if asked and ka is not None and kb else "n/a"
         ratio_lines.append(f"| {label} | {ratio(a, b):.2f} × | {ratio(a, b, 'p50_ms'):.2f} × | {cpu:.2f} × | {jvm} |")
     ratio_table = "\n".join(ratio_lines)
+    workers_table = render_workers(single.get("workers"), results["machine"]["cores"])
 
     k64 = price["64"]["after"]["kafka"]
     per_describe = k64.get("confirmations_per_describe") or 0.0
@@ -892,8 +902,33 @@ this commit sent {opt(k64['confirmations_per_1000'])} confirmations per 1,000 ch
 {http_table}
 
 {ratio_table}
-"""
+{workers_table}"""
     return text, targets, target_table
+
+
+def render_workers(workers, cores):
+    """This commit on the single node with one runtime worker against the
+    default (one per CPU): empty for results of a run without it."""
+    if not workers:
+        return ""
+    lines = ["| single node | runtime workers | requests/s | p50 ms | p99 ms | errors | "
+             "service CPU ms per 1,000 |", "|---|---|---:|---:|---:|---:|---:|"]
+    for key, label in [("checks", "checks, c=64"), ("checks_512", "checks, c=512"),
+                       ("healthz", "`/healthz`, c=64")]:
+        for build, name in [("after", f"one per CPU ({cores})"),
+                            ("one worker", "one (`TOKIO_WORKER_THREADS=1`)")]:
+            r = workers[key][build]
+            lines.append(f"| {label} | {name} | {fmt(r['throughput'], 0)} | {fmt(r['p50_ms'], 2)} | "
+                         f"{fmt(r['p99_ms'], 2)} | {r['errors']} | {fmt(r['kafka']['cpu_ms_per_1000'], 1)} |")
+    per = {b: workers["checks"][b]["kafka"]["cpu_ms_per_1000"]
+           / workers["healthz"][b]["kafka"]["cpu_ms_per_1000"] for b in ["after", "one worker"]}
+    return f"""
+The runtime's worker count, this commit alone (runs in the order default,
+one, one, default, as above): a check's CPU against a `/healthz` request's
+is {per['after']:.2f} × with one worker per CPU and {per['one worker']:.2f} × with one
+(docs/operations.md, *Sizing*).
+
+""" + "\n".join(lines) + "\n"
 
 
 def render(results):

@@ -94,11 +94,12 @@ def cpu_seconds(pid):
 
 
 class Service:
-    """`krabka-authority serve` on a free port (`binary`: another build)."""
+    """`krabka-authority serve` on a free port (`binary`: another build;
+    `env`: variables to set for it alone)."""
 
     running = []  # started and not stopped yet, for Service.stop_all
 
-    def __init__(self, bootstrap, topic, *extra, binary=BIN):
+    def __init__(self, bootstrap, topic, *extra, binary=BIN, env=None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(Path(tempfile.gettempdir()) / f"bench-serve-{self.port}.log", "w")
@@ -106,7 +107,8 @@ class Service:
         self.proc = subprocess.Popen(
             [binary, "serve", "--bootstrap-servers", bootstrap, "--topic", topic,
              "--listen", f"127.0.0.1:{self.port}", *extra],
-            stdout=self.log, stderr=self.log, env={**os.environ, "RUST_LOG": "warn"})
+            stdout=self.log, stderr=self.log,
+            env={**os.environ, "RUST_LOG": "warn", **(env or {})})
         Service.running.append(self)
 
     def wait_ready(self, limit=120):
