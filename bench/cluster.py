@@ -234,8 +234,10 @@ def single_node(work, before):
         views.write_text("".join(f"/roles/{r}\n" for r, _ in roles))
         health = work / "single-health.paths"
         health.write_text("/healthz\n")
-        services = {"after": Service(bootstrap, TOPIC),
-                    "before": Service(bootstrap, TOPIC, binary=before)}
+        # The default worker count, whatever the caller's environment says.
+        default = {"TOKIO_WORKER_THREADS": None}
+        services = {"after": Service(bootstrap, TOPIC, env=default),
+                    "before": Service(bootstrap, TOPIC, binary=before, env=default)}
         workers = {"after": services["after"],
                    "one worker": Service(bootstrap, TOPIC, env={"TOKIO_WORKER_THREADS": "1"})}
         for service in [*services.values(), workers["one worker"]]:
@@ -819,9 +821,7 @@ def render_price(results):
         if key not in single:
             continue
         for build in ["after", "before"]:
-            r = single[key][build]
-            http_lines.append(f"| {label} | {build} | {fmt(r['throughput'], 0)} | {fmt(r['p50_ms'], 2)} | "
-                              f"{fmt(r['p99_ms'], 2)} | {r['errors']} | {fmt(r['kafka']['cpu_ms_per_1000'], 1)} |")
+            http_lines.append(http_row(label, build, single[key][build]))
     http_table = "\n".join(http_lines)
 
     ratio_lines = ["| after / before | checks/s (requests/s) | p50 | service CPU per request | "
@@ -906,6 +906,12 @@ this commit sent {opt(k64['confirmations_per_1000'])} confirmations per 1,000 ch
     return text, targets, target_table
 
 
+def http_row(label, build, r):
+    """A row of requests/s, p50, p99, errors and service CPU per 1,000."""
+    return (f"| {label} | {build} | {fmt(r['throughput'], 0)} | {fmt(r['p50_ms'], 2)} | "
+            f"{fmt(r['p99_ms'], 2)} | {r['errors']} | {fmt(r['kafka']['cpu_ms_per_1000'], 1)} |")
+
+
 def render_workers(workers, cores):
     """This commit on the single node with one runtime worker against the
     default (one per CPU): empty for results of a run without it."""
@@ -917,9 +923,7 @@ def render_workers(workers, cores):
                        ("healthz", "`/healthz`, c=64")]:
         for build, name in [("after", f"one per CPU ({cores})"),
                             ("one worker", "one (`TOKIO_WORKER_THREADS=1`)")]:
-            r = workers[key][build]
-            lines.append(f"| {label} | {name} | {fmt(r['throughput'], 0)} | {fmt(r['p50_ms'], 2)} | "
-                         f"{fmt(r['p99_ms'], 2)} | {r['errors']} | {fmt(r['kafka']['cpu_ms_per_1000'], 1)} |")
+            lines.append(http_row(label, name, workers[key][build]))
     per = {b: workers["checks"][b]["kafka"]["cpu_ms_per_1000"]
            / workers["healthz"][b]["kafka"]["cpu_ms_per_1000"] for b in ["after", "one worker"]}
     return f"""

@@ -93,9 +93,16 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def environment(changes):
+    """The service's environment: ours, RUST_LOG=warn, then `changes`
+    (a value of None unsets its variable)."""
+    env = {**os.environ, "RUST_LOG": "warn", **(changes or {})}
+    return {k: v for k, v in env.items() if v is not None}
+
+
 class Service:
     """`krabka-authority serve` on a free port (`binary`: another build;
-    `env`: variables to set for it alone)."""
+    `env`: variables to set for it alone, None to unset one)."""
 
     running = []  # started and not stopped yet, for Service.stop_all
 
@@ -107,8 +114,7 @@ class Service:
         self.proc = subprocess.Popen(
             [binary, "serve", "--bootstrap-servers", bootstrap, "--topic", topic,
              "--listen", f"127.0.0.1:{self.port}", *extra],
-            stdout=self.log, stderr=self.log,
-            env={**os.environ, "RUST_LOG": "warn", **(env or {})})
+            stdout=self.log, stderr=self.log, env=environment(env))
         Service.running.append(self)
 
     def wait_ready(self, limit=120):
