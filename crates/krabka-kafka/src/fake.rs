@@ -44,6 +44,9 @@ pub struct FakeBroker {
     pub seen: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>,
     script: Arc<RwLock<Script>>,
     delay: Delay,
+    /// The network's round trip: each answer leaves this long after its
+    /// request arrived, later requests read meanwhile.
+    wire: Duration,
     /// TLS for every connection, when set.
     tls: Option<tokio_rustls::TlsAcceptor>,
     connections: Arc<Mutex<tokio::task::JoinSet<()>>>,
@@ -75,19 +78,29 @@ impl FakeBroker {
     /// [`FakeBroker::start`], each answer written `delay` after the request
     /// was read (and answered by `script`); a restart keeps it.
     pub async fn start_delayed(script: Script, delay: Delay) -> FakeBroker {
-        FakeBroker::listening(script, delay, None).await
+        FakeBroker::listening(script, delay, Duration::ZERO, None).await
+    }
+
+    /// [`FakeBroker::start`] across a network whose round trip is
+    /// `round_trip`: each answer is written that long after its request was
+    /// read, and the requests behind it are read meanwhile (pipelined, as
+    /// through bench/delay-proxy), where a [`Delay`] holds them.
+    pub async fn start_across(script: Script, round_trip: Duration) -> FakeBroker {
+        FakeBroker::listening(script, Arc::new(|_, _| Duration::ZERO), round_trip, None).await
     }
 
     /// [`FakeBroker::start`] behind TLS as `tls` says (its certificate, and
     /// whether it asks for a client's).
     pub async fn start_tls(script: Script, tls: rustls::ServerConfig) -> FakeBroker {
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        FakeBroker::listening(script, Arc::new(|_, _| Duration::ZERO), Some(acceptor)).await
+        let none = Arc::new(|_: &RequestHeader, _: &Bytes| Duration::ZERO);
+        FakeBroker::listening(script, none, Duration::ZERO, Some(acceptor)).await
     }
 
     async fn listening(
         script: Script,
         delay: Delay,
+        wire: Duration,
         tls: Option<tokio_rustls::TlsAcceptor>,
     ) -> FakeBroker {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -97,6 +110,7 @@ impl FakeBroker {
             seen: Arc::default(),
             script: Arc::new(RwLock::new(script)),
             delay,
+            wire,
             tls,
             connections: Arc::default(),
             task: Mutex::new(tokio::spawn(async {})),
@@ -111,21 +125,24 @@ impl FakeBroker {
             self.script.clone(),
             self.connections.clone(),
         );
-        let (delay, tls) = (self.delay.clone(), self.tls.clone());
+        let (delay, wire, tls) = (self.delay.clone(), self.wire, self.tls.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((socket, _)) = listener.accept().await else {
                     return;
                 };
+                // As Kafka's SocketServer: answers written back to back
+                // must not wait for the client's delayed acknowledgement.
+                let _ = socket.set_nodelay(true);
                 let script = scripted.read().unwrap().clone();
                 let (delay, log, tls) = (delay.clone(), log.clone(), tls.clone());
                 open.lock().unwrap().spawn(async move {
                     match tls {
-                        None => serve(socket, script, delay, log).await,
+                        None => serve(socket, script, delay, wire, log).await,
                         // A refused handshake closes the connection.
                         Some(tls) => {
                             if let Ok(stream) = tls.accept(socket).await {
-                                serve(stream, script, delay, log).await;
+                                serve(stream, script, delay, wire, log).await;
                             }
                         }
                     }
@@ -165,52 +182,110 @@ impl FakeBroker {
 }
 
 /// Answers one connection by `script`, each answer held `delay`, until it
-/// closes.
+/// closes; across a network of round trip `wire`, by [`across`].
 async fn serve(
-    mut socket: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    socket: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     script: Script,
     delay: Delay,
+    wire: Duration,
     log: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>,
 ) {
+    if !wire.is_zero() {
+        return across(socket, script, wire, log).await;
+    }
+    let mut socket = socket;
     loop {
-        let Ok(size) = socket.read_i32().await else {
+        let Some((answer, hold)) = read_and_answer(&mut socket, &script, &delay, &log).await else {
             return;
-        };
-        let mut frame = BytesMut::zeroed(size as usize);
-        if socket.read_exact(&mut frame).await.is_err() {
-            return;
-        }
-        let mut body = frame.freeze();
-        let header = decode_request_header_from_buffer(&mut body).unwrap();
-        let api = ApiKey::try_from(header.request_api_key).unwrap();
-        let (answer, hold) = if api == ApiKey::ApiVersions {
-            (Some(api_versions(&header)), Duration::ZERO)
-        } else {
-            log.lock()
-                .unwrap()
-                .push((api, header.request_api_version, body.clone()));
-            if api == ApiKey::Fetch {
-                // Nothing new arrives at a scripted broker: a long poll
-                // waits out its wait.
-                let fetch: FetchRequest = request(header.request_api_version, body.clone());
-                let wait = u64::try_from(fetch.max_wait_ms).unwrap_or(0);
-                tokio::time::sleep(Duration::from_millis(wait)).await;
-            }
-            let hold = delay(&header, &body);
-            (script(&header, body), hold)
         };
         if let Some(answer) = answer {
             if !hold.is_zero() {
                 tokio::time::sleep(hold).await;
             }
-            let mut out = BytesMut::new();
-            out.put_i32(answer.len() as i32);
-            out.put_slice(&answer);
-            if socket.write_all(&out).await.is_err() || socket.flush().await.is_err() {
+            if write_answer(&mut socket, &answer).await.is_err() {
                 return;
             }
         }
     }
+}
+
+/// Answers one connection across a network of round trip `wire`: a writer
+/// sends each answer `wire` after its request was read, in order, while
+/// the reader goes on reading.
+async fn across(
+    socket: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    script: Script,
+    wire: Duration,
+    log: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>,
+) {
+    let (mut reader, mut writer) = tokio::io::split(socket);
+    let no_delay: Delay = Arc::new(|_, _| Duration::ZERO);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Bytes)>();
+    let writing = tokio::spawn(async move {
+        while let Some((due, answer)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if write_answer(&mut writer, &answer).await.is_err() {
+                return;
+            }
+        }
+    });
+    loop {
+        let Some((answer, _)) = read_and_answer(&mut reader, &script, &no_delay, &log).await else {
+            break;
+        };
+        let read = tokio::time::Instant::now();
+        if let Some(answer) = answer
+            && tx.send((read + wire, answer)).is_err()
+        {
+            break;
+        }
+    }
+    drop(tx);
+    let _ = writing.await;
+}
+
+/// Reads one request and answers it by `script` (logged, but ApiVersions):
+/// the answer, and how long `delay` holds it. `None` when the connection
+/// closed.
+async fn read_and_answer(
+    socket: &mut (impl tokio::io::AsyncRead + Unpin),
+    script: &Script,
+    delay: &Delay,
+    log: &Mutex<Vec<(ApiKey, i16, Bytes)>>,
+) -> Option<(Option<Bytes>, Duration)> {
+    let size = socket.read_i32().await.ok()?;
+    let mut frame = BytesMut::zeroed(size as usize);
+    socket.read_exact(&mut frame).await.ok()?;
+    let mut body = frame.freeze();
+    let header = decode_request_header_from_buffer(&mut body).unwrap();
+    let api = ApiKey::try_from(header.request_api_key).unwrap();
+    if api == ApiKey::ApiVersions {
+        return Some((Some(api_versions(&header)), Duration::ZERO));
+    }
+    log.lock()
+        .unwrap()
+        .push((api, header.request_api_version, body.clone()));
+    if api == ApiKey::Fetch {
+        // Nothing new arrives at a scripted broker: a long poll
+        // waits out its wait.
+        let fetch: FetchRequest = request(header.request_api_version, body.clone());
+        let wait = u64::try_from(fetch.max_wait_ms).unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+    }
+    let hold = delay(&header, &body);
+    Some((script(&header, body), hold))
+}
+
+/// Writes one answer, framed.
+async fn write_answer(
+    socket: &mut (impl tokio::io::AsyncWrite + Unpin),
+    answer: &Bytes,
+) -> std::io::Result<()> {
+    let mut out = BytesMut::new();
+    out.put_i32(answer.len() as i32);
+    out.put_slice(answer);
+    socket.write_all(&out).await?;
+    socket.flush().await
 }
 
 /// Encodes `response` as the answer to the request of `header`.

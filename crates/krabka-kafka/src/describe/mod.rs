@@ -68,12 +68,14 @@
 //! every batch of every coordinator that was taken before it was sent.
 //!
 //! *The rounds* (`rounds`, a loop of small steps; the waiting batches
-//! and the confirmation in flight are `state::confirms`, the request and
-//! the choice of the confirming broker are `confirmation`). One confirmation is in flight for the whole
-//! client. A round starts when the one before returned, its confirmation
-//! and its describes (those for at most as long again as the confirmation
-//! took, so a slow coordinator holds the others one round trip at most):
-//! every coordinator with ids waiting and no describe in flight gives its
+//! and the confirmations in flight are `state::confirms`, the request and
+//! the choice of the confirming broker are `confirmation`). A round
+//! starts when the one before returned, its confirmation and its describes
+//! (those for at most as long again as the confirmation took, so a slow
+//! coordinator holds the others one round trip at most), or early, while
+//! it is in flight, once as many checks wait as it carries (at most two
+//! rounds in flight, so a check waits for no round trip but its own):
+//! every coordinator with ids waiting and a describe to spare gives its
 //! batch, the describes go out, and one confirmation carries the ids of
 //! all of them, built after they were taken, so (i) holds. Waiting for the
 //! describes lets a round take every coordinator's batch instead of the
@@ -81,13 +83,12 @@
 //! fewer rounds, and 106 instead of 139 Kafka requests per 1,000 checks
 //! (three brokers, 64 concurrent checks). A coordinator's next describe
 //! does not wait for a confirmation (its batch's answers wait for theirs in
-//! the describe's task), but its ids that arrive while a confirmation is in
+//! the describe's task), but its ids that arrive while a round is in
 //! flight wait for the next round rather than go in a describe of their
-//! own: that describe's answers could not be confirmed before the next
-//! round's confirmation anyway, and waiting gathers them in one batch. At
-//! concurrency a round is one confirmation for the batches of every
-//! coordinator but one; a lone check's describe and confirmation go out
-//! together, in one task.
+//! own: that describe's answers need a confirmation sent after it anyway,
+//! and waiting gathers them in one batch. At concurrency a round is one
+//! confirmation for the batches of every coordinator but one; a lone
+//! check's describe and confirmation go out together, in one task.
 //! - *A confirming broker that coordinates too* cannot confirm itself (a
 //!   paused Y answers from the same stale metadata as its describes): the
 //!   round sends no batch of Y; it is taken in the next round, which never
@@ -317,6 +318,7 @@ impl Describer<'_> {
                 tokio::spawn(async move { client.describer().flush(coordinator).await });
             }
             Start::Rounds => self.start_rounds(),
+            Start::Overlap => self.client.state().describes().wake(),
         }
         rx
     }

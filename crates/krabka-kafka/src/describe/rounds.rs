@@ -2,10 +2,22 @@
 //! had a second broker (the argument is in `describe`). A round starts when
 //! the confirmation before it returned (or was slower than the hedge
 //! delay) and its describes returned (or took as long again): every
-//! coordinator with ids waiting and no describe in flight gives its batch
+//! coordinator with ids waiting and a describe to spare gives its batch
 //! (but the confirming broker's), the batches' describes go out, and one
 //! confirmation carries them all. The loop ends when nothing is left to
 //! send; an id queued then starts it again.
+//!
+//! *Overlap.* Across a network a round trip is most of a check's time, and
+//! a check that arrives while a round is in flight waits for it to return,
+//! then for its own round: up to two round trips. So, where the shortest
+//! round of the last second or two took at least
+//! `OVERLAP_FROM` (`state::describes`), up to [`IN_FLIGHT`]
+//! rounds fly at once (Kafka's producer keeps up to five requests in
+//! flight per connection): while one is out, the next starts as soon as
+//! as many checks wait as it carries, so the batches stay about as large.
+//! Where rounds are shorter (brokers close by, or on the same machine, as
+//! on loopback), waiting for the round in flight costs a check little and
+//! saves the brokers a third of the requests, so the next round waits.
 //!
 //! A round is four steps of [`Rounds`]: choose the confirming broker (or
 //! fail the batches when none can confirm), take the batches, send them
@@ -13,7 +25,9 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -21,7 +35,7 @@ use super::{DescribeReply, Describer, Pending, distinct, reply};
 use crate::client::KafkaClient;
 use crate::config::Broker;
 use crate::error::KafkaError;
-use crate::state::ConfirmRequest;
+use crate::state::{ConfirmRequest, IN_FLIGHT};
 
 /// The loop, and what it keeps from one round to the next.
 pub(super) struct Rounds {
@@ -38,6 +52,8 @@ struct Round {
     describes: Vec<BoxFuture<'static, ()>>,
     returns: Vec<oneshot::Receiver<()>>,
     confirmation: Option<ConfirmRequest>,
+    /// The checks its batches carry.
+    checks: usize,
 }
 
 impl Rounds {
@@ -50,21 +66,52 @@ impl Rounds {
         }
     }
 
-    /// Round after round until nothing waits.
+    /// Round after round until nothing waits, at most [`IN_FLIGHT`] at
+    /// once. The rounds in flight are futures of this task: a lone check's
+    /// round costs no task switch.
     pub(super) async fn run(mut self) {
+        // Each round's future yields the checks it carried.
+        let mut flying: FuturesUnordered<BoxFuture<'static, usize>> = FuturesUnordered::new();
+        let mut carried = 0;
+        let client = self.client.clone();
+        let describes = client.state().describes();
         loop {
-            let describes = self.client.state().describes();
-            let confirms = self.client.state().confirms();
-            if !describes.go_on(|| confirms.has_waiting()) {
-                return;
-            }
-            let ready = describes.ready();
-            let Some(to) = self.choose(&ready) else {
-                self.fail(&ready);
-                continue;
+            let start = if flying.is_empty() {
+                let confirms = self.client.state().confirms();
+                if !describes.go_on(|| confirms.has_waiting()) {
+                    return;
+                }
+                true
+            } else {
+                // Early once as many checks wait as the rounds in flight
+                // carry; `enqueue` wakes this loop when they do.
+                describes.overlap_at((flying.len() < IN_FLIGHT).then_some(carried))
             };
-            let round = self.take(&to, ready);
-            self.send(round).await;
+            if start {
+                let ready = describes.ready();
+                let sent = match self.choose(&ready) {
+                    Some(to) => {
+                        let round = self.take(&to, ready);
+                        let some = round.checks > 0 || round.confirmation.is_some();
+                        if some {
+                            carried += round.checks;
+                            flying.push(Box::pin(send(self.client.clone(), round)));
+                        }
+                        some
+                    }
+                    None => {
+                        self.fail(&ready);
+                        true
+                    }
+                };
+                if sent || flying.is_empty() {
+                    continue;
+                }
+            }
+            tokio::select! {
+                Some(checks) = flying.next() => carried -= checks,
+                () = describes.woken() => {}
+            }
         }
     }
 
@@ -105,11 +152,13 @@ impl Rounds {
         // Every check of these batches arrived before this instant.
         let taken = Instant::now();
         let mut batches = Vec::with_capacity(ready.len());
+        let mut checks = 0;
         for (coordinator, _) in ready {
             if coordinator.id == to.id {
                 continue;
             }
             if let Some(batch) = describes.take(&coordinator, self.max) {
+                checks += batch.len();
                 let ids = distinct(&batch);
                 let (confirmation, _) = confirms.wait(&coordinator, ids.clone());
                 batches.push((coordinator, batch, ids, confirmation));
@@ -139,44 +188,48 @@ impl Rounds {
             describes,
             returns,
             confirmation,
+            checks,
         }
     }
+}
 
-    /// Sends the round and waits for it (the next round starts after).
-    async fn send(&self, mut round: Round) {
-        // True unless the confirmation was slower than the hedge delay.
-        let confirm = async {
-            match round.confirmation {
-                Some(request) => self.client.describer().confirm(request).await,
-                None => true,
-            }
-        };
-        // One batch (a lone check): its describe and the confirmation in
-        // this task, without a task switch. More: each describe in a task
-        // of its own.
-        if round.describes.len() == 1
-            && let Some(describe) = round.describes.pop()
-        {
-            lone(describe, confirm).await;
-        } else {
-            for describe in round.describes {
-                tokio::spawn(describe);
-            }
-            // The next round waits for this one's describes to return too,
-            // for at most as long again as the confirmation took (a slow
-            // coordinator holds the others' checks one round trip at
-            // most): it then takes every coordinator's batch but the
-            // confirming broker's, and rounds come no faster than the
-            // brokers answer them: on a loaded cluster a third fewer
-            // rounds, and fewer requests per check.
-            let sent = Instant::now();
-            if confirm.await {
-                let _ =
-                    tokio::time::timeout(sent.elapsed(), futures::future::join_all(round.returns))
-                        .await;
-            }
+/// Sends `round` and waits for it (the loop's next round, but an early
+/// one, starts after); yields the checks it carried.
+async fn send(client: KafkaClient, mut round: Round) -> usize {
+    let started = Instant::now();
+    // True unless the confirmation was slower than the hedge delay.
+    let confirm = async {
+        match round.confirmation {
+            Some(request) => client.describer().confirm(request).await,
+            None => true,
+        }
+    };
+    // One batch (a lone check): its describe and the confirmation in
+    // this task, without a task switch. More: each describe in a task
+    // of its own.
+    if round.describes.len() == 1
+        && let Some(describe) = round.describes.pop()
+    {
+        lone(describe, confirm).await;
+    } else {
+        for describe in round.describes {
+            tokio::spawn(describe);
+        }
+        // The next round waits for this one's describes to return too,
+        // for at most as long again as the confirmation took (a slow
+        // coordinator holds the others' checks one round trip at
+        // most): it then takes every coordinator's batch but the
+        // confirming broker's, and rounds come no faster than the
+        // brokers answer them: on a loaded cluster a third fewer
+        // rounds, and fewer requests per check.
+        let sent = Instant::now();
+        if confirm.await {
+            let _ = tokio::time::timeout(sent.elapsed(), futures::future::join_all(round.returns))
+                .await;
         }
     }
+    client.state().describes().round_took(started.elapsed());
+    round.checks
 }
 
 /// A round of one batch: until the confirmation is answered or slow (a

@@ -336,6 +336,89 @@ async fn a_round_waits_for_its_describes_so_the_next_takes_every_batch() {
 }
 
 #[tokio::test]
+async fn across_a_network_a_check_waits_for_no_round_trip_but_its_own() {
+    // Three brokers, each the coordinator of a third of the ids and a
+    // confirming broker for the others, 20 ms of round trip away (answers
+    // pipelined, as across a network). 24 callers each check, spend 1-3 ms
+    // on the answer (as a caller writes its data), and check again. A
+    // round leaves the confirming broker's batch for the next one, and the
+    // answers come back spread, so the checks fall into groups. With one
+    // round in flight at a time, a group that misses a round waits for it
+    // to return, then for its own: 2.05-2.06 round trips a check (three
+    // runs, 0.125 describes a check). Rounds that overlap once as many
+    // checks wait as the rounds in flight carry send each group when it is
+    // complete: 1.28-1.40 round trips (four runs), 0.14-0.17 describes a
+    // check.
+    let round_trip = Duration::from_millis(20);
+    let brokers = partition_leaders_across(3, round_trip).await;
+    let client = client(&[&brokers[0].addr]);
+    client.metadata().refresh_metadata(&[]).await.unwrap();
+    let mut ids: Vec<String> = Vec::new();
+    for n in 0.. {
+        let id = format!("role-{n}");
+        let p = crate::describe::partition_for(&id, 3);
+        if ids
+            .iter()
+            .filter(|i| crate::describe::partition_for(i, 3) == p)
+            .count()
+            < 8
+        {
+            learn_coordinator(&client, &brokers, &id, p);
+            ids.push(id);
+        }
+        if ids.len() == 24 {
+            break;
+        }
+    }
+    let until = Instant::now() + Duration::from_secs(3);
+    let loops = ids.into_iter().enumerate().map(|(n, id)| {
+        let client = client.clone();
+        async move {
+            let mut took = Vec::new();
+            while Instant::now() < until {
+                let asked = Instant::now();
+                let answer = client
+                    .describer()
+                    .describe_transaction(&id)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                took.push(asked.elapsed());
+                assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2));
+                tokio::time::sleep(Duration::from_millis(1 + (n % 3) as u64)).await;
+            }
+            took
+        }
+    });
+    let took: Vec<Duration> = futures::future::join_all(loops)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    // The first second settles the rounds (and learns their round trip).
+    let settled = &took[took.len() / 3..];
+    let mean = settled.iter().sum::<Duration>() / settled.len() as u32;
+    let describes: usize = brokers
+        .iter()
+        .map(|b| b.requests(ApiKey::DescribeTransactions).len())
+        .sum();
+    let per_check = describes as f64 / took.len() as f64;
+    let trips = mean.as_secs_f64() / round_trip.as_secs_f64();
+    eprintln!(
+        "{} checks, mean {mean:?} ({trips:.2} round trips), {per_check:.3} describes a check",
+        took.len()
+    );
+    assert!(
+        trips < 1.65,
+        "a check took {trips:.2} round trips on average"
+    );
+    assert!(
+        per_check < 0.25,
+        "{per_check:.3} describes a check: the batches fell apart"
+    );
+}
+
+#[tokio::test]
 async fn a_lone_describe_of_a_hung_coordinator_holds_no_other_check() {
     // Partition p of `__transaction_state` is led by broker p; broker 1
     // holds its describes a minute (hung), the others answer at once. A

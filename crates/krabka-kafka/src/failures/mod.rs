@@ -378,36 +378,55 @@ pub(super) async fn partition_leaders(
     let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     let mut brokers = Vec::new();
     for b in 0..count {
-        let addrs = addrs.clone();
-        let script = Arc::new(move |header: &RequestHeader, body: Bytes| {
-            let addrs = addrs.lock().unwrap().clone();
-            let version = header.request_api_version;
-            match ApiKey::try_from(header.request_api_key).unwrap() {
-                ApiKey::Metadata => {
-                    let list: Vec<(i32, &str)> =
-                        (0..).zip(addrs.iter().map(String::as_str)).collect();
-                    let leaders = [(0, 0, 1), (1, 1, 1), (2, 2, 1)];
-                    let topic = Some(("__transaction_state", &leaders[..]));
-                    Some(answer(header, &metadata(&list, topic)))
-                }
-                ApiKey::FindCoordinator => {
-                    let asked = request(version, body);
-                    Some(answer(
-                        header,
-                        &naming(asked, |key| {
-                            let p = crate::describe::partition_for(key, 3);
-                            (p as i32, addrs[p].as_str())
-                        }),
-                    ))
-                }
-                ApiKey::DescribeTransactions => Some(described(header, body, (7, 2), "Empty")),
-                _ => None,
-            }
-        });
+        let script = leaders_script(addrs.clone());
         brokers.push(FakeBroker::start_delayed(script, delay(b)).await);
     }
     *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
     brokers
+}
+
+/// [`partition_leaders`] across a network whose round trip is
+/// `round_trip` (answers pipelined, not held).
+pub(super) async fn partition_leaders_across(
+    count: usize,
+    round_trip: Duration,
+) -> Vec<FakeBroker> {
+    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let mut brokers = Vec::new();
+    for _ in 0..count {
+        let script = leaders_script(addrs.clone());
+        brokers.push(FakeBroker::start_across(script, round_trip).await);
+    }
+    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+    brokers
+}
+
+/// The script of [`partition_leaders`], the brokers' addresses in `addrs`.
+fn leaders_script(addrs: Arc<std::sync::Mutex<Vec<String>>>) -> crate::fake::Script {
+    Arc::new(move |header: &RequestHeader, body: Bytes| {
+        let addrs = addrs.lock().unwrap().clone();
+        let version = header.request_api_version;
+        match ApiKey::try_from(header.request_api_key).unwrap() {
+            ApiKey::Metadata => {
+                let list: Vec<(i32, &str)> = (0..).zip(addrs.iter().map(String::as_str)).collect();
+                let leaders = [(0, 0, 1), (1, 1, 1), (2, 2, 1)];
+                let topic = Some(("__transaction_state", &leaders[..]));
+                Some(answer(header, &metadata(&list, topic)))
+            }
+            ApiKey::FindCoordinator => {
+                let asked = request(version, body);
+                Some(answer(
+                    header,
+                    &naming(asked, |key| {
+                        let p = crate::describe::partition_for(key, 3);
+                        (p as i32, addrs[p].as_str())
+                    }),
+                ))
+            }
+            ApiKey::DescribeTransactions => Some(described(header, body, (7, 2), "Empty")),
+            _ => None,
+        }
+    })
 }
 
 /// Tells `client` that broker `p` of [`partition_leaders`] coordinates `id`.

@@ -2,10 +2,11 @@
 //! confirm their coordinator, and the confirmations in flight.
 //!
 //! One stream for the whole client (see `describe` for why it is sound):
-//! one confirmation in flight at a time carries the ids of every batch that
-//! waits, whatever its coordinator, except the batches of the broker it is
-//! sent to, which cannot confirm itself; they go in the next one. A waiter
-//! only ever joins a request built after it began waiting, so every
+//! a confirmation carries the ids of every batch that waits, whatever its
+//! coordinator, except the batches of the broker it is sent to, which
+//! cannot confirm itself; they go in the next one. One is in flight at a
+//! time, or one per round where the rounds of `describe` overlap. A
+//! waiter only ever joins a request built after it began waiting, so every
 //! confirmation of a batch was sent after the batch's checks arrived.
 //!
 //! A confirmation in flight longer than the hedge delay no longer holds the

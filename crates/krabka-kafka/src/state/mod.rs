@@ -63,7 +63,7 @@ use contact::Contact;
 pub(crate) use contact::Counted;
 pub(crate) use coordinators::{Answer, Coordinators};
 pub use describes::{DescribeAnswer, TransactionDescription};
-pub(crate) use describes::{DescribeQueues, Reply as DescribeReply, Start};
+pub(crate) use describes::{DescribeQueues, IN_FLIGHT, Reply as DescribeReply, Start};
 pub(crate) use epochs::Epochs;
 use epochs::Judgement;
 pub(crate) use nodes::NodeStates;
