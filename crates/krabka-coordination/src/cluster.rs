@@ -110,6 +110,23 @@ pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {
         deadline: Instant,
     ) -> BoxFuture<'a, HashMap<String, Result<Described, ClusterError>>>;
 
+    /// [`Cluster::describe`] of one role, retried alone: a check's path,
+    /// without the maps of many roles.
+    fn describe_role<'a>(
+        &'a self,
+        role: &'a str,
+        floor: Floor<'a>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Described, ClusterError>> {
+        Box::pin(async move {
+            let roles = [role.to_owned()];
+            self.describe(&roles, floor, deadline)
+                .await
+                .remove(role)
+                .unwrap_or_else(|| Err(ClusterError::Internal(format!("no answer for {role:?}"))))
+        })
+    }
+
     /// The partition count of `topic`, from fresh metadata.
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<i32, ClusterError>>;
 

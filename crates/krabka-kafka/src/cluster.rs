@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::client::KafkaClient;
 use super::config::Broker;
 use super::error::KafkaError;
+use super::state::DescribeAnswer;
 use super::topic::TopicSpec;
 use krabka_coordination::cluster::{Cluster, ClusterError, Described, Floor, Tailed};
 
@@ -38,6 +39,16 @@ impl From<KafkaError> for ClusterError {
     }
 }
 
+/// A describe answer as the service's seam has it.
+fn described(answer: DescribeAnswer) -> Result<Described, ClusterError> {
+    answer
+        .map(|d| Described {
+            current: d.as_ref().and_then(|d| d.token()),
+            state: d.map(|d| d.state),
+        })
+        .map_err(ClusterError::from)
+}
+
 /// The coordinator table's values: each holds its broker's address.
 impl crate::bounded::HeapSize for Broker {
     fn heap_bytes(&self) -> u64 {
@@ -57,18 +68,19 @@ impl Cluster for KafkaClient {
                 .describe_transactions(roles, floor, deadline)
                 .await
                 .into_iter()
-                .map(|(role, answer)| {
-                    let answer = answer
-                        .map(|d| Described {
-                            current: d.as_ref().and_then(|d| d.token()),
-                            state: d.map(|d| d.state),
-                        })
-                        .map_err(ClusterError::from);
-                    (role, answer)
-                })
+                .map(|(role, answer)| (role, described(answer)))
                 .collect()
         }
         .boxed()
+    }
+
+    fn describe_role<'a>(
+        &'a self,
+        role: &'a str,
+        floor: Floor<'a>,
+        deadline: Instant,
+    ) -> BoxFuture<'a, Result<Described, ClusterError>> {
+        async move { described(self.describer().describe_id(role, floor, deadline).await) }.boxed()
     }
 
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<i32, ClusterError>> {

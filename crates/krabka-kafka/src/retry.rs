@@ -102,12 +102,21 @@ where
     Fut: Future<Output = Result<T, KafkaError>>,
 {
     let mut retry = Retry::new(op, config, deadline);
+    // The last retriable error: what an attempt cut off by the deadline
+    // reports, as it says more than the deadline does.
+    let mut last = None;
     loop {
         match tokio::time::timeout_at(deadline, attempt()).await {
             Ok(Ok(value)) => return Ok(value),
-            Ok(Err(e)) if e.is_retriable() => retry.pause(e).await?,
+            Ok(Err(e)) if e.is_retriable() => {
+                last = Some(e.clone());
+                retry.pause(e).await?;
+            }
             Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(retry.gave_up(retry.out_of_time())),
+            Err(_) => {
+                let last = last.unwrap_or_else(|| retry.out_of_time());
+                return Err(retry.gave_up(last));
+            }
         }
     }
 }

@@ -74,11 +74,15 @@ impl Checker {
         token: FencingToken,
         deadline: Instant,
     ) -> Result<CheckAnswer, ClusterError> {
-        let pairs = [(role.to_owned(), token)];
-        self.check_many(&pairs, deadline)
-            .await
-            .pop()
-            .unwrap_or_else(|| Err(ClusterError::Internal("no answer".into())))
+        let cluster = self.caches.cluster(self.cluster.cluster_id());
+        if let Some(hit) = self.cached(cluster.as_ref(), role, token) {
+            return Ok(hit);
+        }
+        let floor = |role: &str| self.floor(cluster.as_ref(), role);
+        let described = self.cluster.describe_role(role, &floor, deadline).await?;
+        let checked_at_ms = self.clock.now_ms();
+        let cluster = self.still(cluster);
+        Ok(self.judge(cluster.as_ref(), role, token, described, checked_at_ms))
     }
 
     /// Checks many (role, token) pairs in one round: cache hits first, then
@@ -92,20 +96,7 @@ impl Checker {
         let cluster = self.caches.cluster(self.cluster.cluster_id());
         let mut answers: Vec<Option<Result<CheckAnswer, ClusterError>>> = pairs
             .iter()
-            .map(|(role, token)| {
-                let hit = cluster
-                    .as_ref()
-                    .and_then(|c| self.caches.superseded(c, role, *token))?;
-                Some(Ok(CheckAnswer {
-                    role: role.clone(),
-                    token: *token,
-                    verdict: Verdict::Superseded,
-                    current: Some(hit.current),
-                    state: Some(hit.state),
-                    checked_at: Rfc3339Ms(hit.checked_at_ms),
-                    cached: true,
-                }))
-            })
+            .map(|(role, token)| self.cached(cluster.as_ref(), role, *token).map(Ok))
             .collect();
         let mut roles: Vec<String> = pairs
             .iter()
@@ -118,22 +109,11 @@ impl Checker {
         let described: HashMap<String, Result<Described, ClusterError>> = if roles.is_empty() {
             HashMap::new()
         } else {
-            // The old cluster's marks say nothing of another one's pairs.
-            let floor = |role: &str| {
-                cluster
-                    .as_ref()
-                    .filter(|c| self.cluster.cluster_id().as_ref() == Some(*c))
-                    .and_then(|c| self.caches.high_water(c, role))
-            };
+            let floor = |role: &str| self.floor(cluster.as_ref(), role);
             self.cluster.describe(&roles, &floor, deadline).await
         };
         let checked_at_ms = self.clock.now_ms();
-        // The id now: an answer of another cluster must not land in the
-        // old one's caches.
-        let cluster = self
-            .caches
-            .cluster(self.cluster.cluster_id())
-            .filter(|now| cluster.as_ref().is_some_and(|before| before == now));
+        let cluster = self.still(cluster);
         for ((role, token), answer) in pairs.iter().zip(answers.iter_mut()) {
             if answer.is_some() {
                 continue;
@@ -149,6 +129,42 @@ impl Checker {
             .into_iter()
             .map(|a| a.unwrap_or_else(|| Err(ClusterError::Internal("unanswered".into()))))
             .collect()
+    }
+
+    /// The answer of the superseded cache of `cluster`, if it has one.
+    fn cached(
+        &self,
+        cluster: Option<&Arc<str>>,
+        role: &str,
+        token: FencingToken,
+    ) -> Option<CheckAnswer> {
+        let hit = self.caches.superseded(cluster?, role, token)?;
+        Some(CheckAnswer {
+            role: role.to_owned(),
+            token,
+            verdict: Verdict::Superseded,
+            current: Some(hit.current),
+            state: Some(hit.state),
+            checked_at: Rfc3339Ms(hit.checked_at_ms),
+            cached: true,
+        })
+    }
+
+    /// The high-water mark of `role` in `cluster`, while the cluster is
+    /// still the one in contact: the old cluster's marks say nothing of
+    /// another one's pairs.
+    fn floor(&self, cluster: Option<&Arc<str>>, role: &str) -> Option<FencingToken> {
+        cluster
+            .filter(|c| self.cluster.cluster_id().as_ref() == Some(*c))
+            .and_then(|c| self.caches.high_water(c, role))
+    }
+
+    /// `before`, if the cluster in contact now is still that one: an answer
+    /// of another cluster must not land in the old one's caches.
+    fn still(&self, before: Option<Arc<str>>) -> Option<Arc<str>> {
+        self.caches
+            .cluster(self.cluster.cluster_id())
+            .filter(|now| before.as_ref().is_some_and(|before| before == now))
     }
 
     fn judge(

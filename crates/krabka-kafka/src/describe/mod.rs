@@ -4,10 +4,10 @@
 //! the leader-election client all come through here.
 //!
 //! **Batching.** Per coordinator at most one DescribeTransactions is in
-//! flight; ids asked for meanwhile (by any caller) wait and go together in
-//! the next request, up to `max_describe_batch` ids (the queues are
-//! `state::describes`). An id is only ever answered by a request sent after
-//! it was asked for.
+//! flight (two where confirmation rounds overlap, see below); ids asked for
+//! meanwhile (by any caller) wait and go together in the next request, up
+//! to `max_describe_batch` ids (the queues are `state::describes`). An id
+//! is only ever answered by a request sent after it was asked for.
 //!
 //! **Only confirmed answers.** A broker that paused (a long GC pause, a
 //! frozen VM) and came back still answers from its memory until it has
@@ -118,8 +118,11 @@
 //!
 //! # The room
 //!
-//! - this file: the argument, the one describe path ([`KafkaClient::describe_transactions`])
-//!   and one coordinator's describe;
+//! - this file: the argument, the one describe path (one id's attempt:
+//!   its coordinator, its place in a batch, the answer checked against
+//!   its floor; retried alone by [`Describer::describe_id`], or with many
+//!   ids at one pace by [`Describer::describe_transactions`]) and one
+//!   coordinator's describe;
 //! - `rounds`: the confirmation rounds;
 //! - `confirmation`: the confirmation of a batch, its broker and what it
 //!   backs;
@@ -129,9 +132,10 @@ mod confirmation;
 mod rounds;
 mod wire;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
+use futures::future::join_all;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -139,7 +143,7 @@ use super::client::KafkaClient;
 use super::config::Broker;
 use super::error::KafkaError;
 use super::observe::StaleReason;
-use super::retry::Retry;
+use super::retry::{Retry, retrying_until};
 use super::state::{Confirmation, DescribeAnswer, DescribeReply, Lesson, Start};
 use krabka_coordination::FencingToken;
 use wire::{build_describe, parse_describe};
@@ -170,16 +174,28 @@ impl Describer<'_> {
     /// Describes one transactional id within the operation timeout.
     pub async fn describe_transaction(&self, id: &str) -> DescribeAnswer {
         let deadline = Instant::now() + self.client.config().operation_timeout;
-        let ids = [id.to_owned()];
-        self.describe_transactions(&ids, &|_| None, deadline)
-            .await
-            .remove(id)
-            .unwrap_or_else(|| Err(KafkaError::Internal(format!("no answer for {id:?}"))))
+        self.describe_id(id, &|_| None, deadline).await
     }
 
-    /// Describes `ids` (batched with every concurrent caller, confirmed,
+    /// Describes `id` (batched with every concurrent caller, confirmed,
     /// retried until `deadline`); an answer below `floor(id)` is stale and
-    /// asked again. Every id gets an answer or the error that stopped it.
+    /// asked again.
+    pub async fn describe_id(
+        &self,
+        id: &str,
+        floor: &(dyn Fn(&str) -> Option<FencingToken> + Sync),
+        deadline: Instant,
+    ) -> DescribeAnswer {
+        let config = self.client.config();
+        retrying_until(config, "describe transactions", deadline, || {
+            self.attempt(id, floor)
+        })
+        .await
+    }
+
+    /// Describes `ids` as [`Self::describe_id`] does, with one retry pace
+    /// for all of them: the retries of many ids go together, in shared
+    /// batches. Every id gets an answer or the error that stopped it.
     pub async fn describe_transactions(
         &self,
         ids: &[String],
@@ -188,108 +204,86 @@ impl Describer<'_> {
     ) -> HashMap<String, DescribeAnswer> {
         let mut retry = Retry::new("describe transactions", self.client.config(), deadline);
         let mut done: HashMap<String, DescribeAnswer> = HashMap::with_capacity(ids.len());
-        let mut pending: Vec<String> = {
-            let mut seen = HashSet::new();
-            ids.iter().filter(|id| seen.insert(*id)).cloned().collect()
-        };
-        let mut failed: HashMap<String, KafkaError> = HashMap::new();
+        let mut pending: Vec<&str> = ids.iter().map(String::as_str).collect();
+        pending.sort_unstable();
+        pending.dedup();
+        let mut failed: HashMap<&str, KafkaError> = HashMap::new();
         while !pending.is_empty() {
-            let round = self.describe_round(&pending, floor, &mut done, &mut failed);
-            if tokio::time::timeout_at(deadline, round).await.is_err() {
+            let attempts = join_all(pending.iter().map(|id| self.attempt(id, floor)));
+            let Ok(answers) = tokio::time::timeout_at(deadline, attempts).await else {
                 for id in pending.drain(..) {
-                    if let std::collections::hash_map::Entry::Vacant(slot) = done.entry(id) {
-                        let last = failed
-                            .remove(slot.key())
-                            .unwrap_or_else(|| retry.out_of_time());
-                        slot.insert(Err(retry.gave_up(last)));
-                    }
+                    let last = failed.remove(id).unwrap_or_else(|| retry.out_of_time());
+                    done.insert(id.to_owned(), Err(retry.gave_up(last)));
                 }
                 break;
+            };
+            let mut last = None;
+            for (id, answer) in pending.iter().zip(answers) {
+                match answer {
+                    Err(e) if e.is_retriable() => {
+                        last.get_or_insert_with(|| e.clone());
+                        failed.insert(id, e);
+                    }
+                    answer => {
+                        done.insert((*id).to_owned(), answer);
+                    }
+                }
             }
-            pending.retain(|id| !done.contains_key(id));
-            let Some(last) = pending.iter().find_map(|id| failed.get(id).cloned()) else {
+            pending.retain(|id| !done.contains_key(*id));
+            let Some(last) = last else {
                 break;
             };
             if let Err(gave_up) = retry.pause(last).await {
                 for id in pending.drain(..) {
-                    let last = failed.remove(&id).unwrap_or_else(|| gave_up.clone());
-                    done.insert(id, Err(retry.gave_up(last)));
+                    let last = failed.remove(id).unwrap_or_else(|| gave_up.clone());
+                    done.insert(id.to_owned(), Err(retry.gave_up(last)));
                 }
             }
         }
         done
     }
 
-    /// One try of every pending id: look up, queue, await. Final answers go
-    /// to `done`, retriable failures to `failed`.
-    async fn describe_round(
+    /// One try of `id`: its coordinator, its place in that coordinator's
+    /// next batch, the answer. Retriable failures (and an answer below
+    /// `floor(id)`, from a stale coordinator) are errors to retry.
+    async fn attempt(
         &self,
-        pending: &[String],
+        id: &str,
         floor: &(dyn Fn(&str) -> Option<FencingToken> + Sync),
-        done: &mut HashMap<String, DescribeAnswer>,
-        failed: &mut HashMap<String, KafkaError>,
-    ) {
-        let coordinators = self.client.lookup().coordinators(pending).await;
-        let mut waits = Vec::with_capacity(pending.len());
-        for id in pending {
-            match coordinators.get(id) {
-                Some(Ok(broker)) => waits.push((id, broker.clone(), self.enqueue(broker, id))),
-                Some(Err(e)) if e.is_retriable() => {
-                    failed.insert(id.clone(), e.clone());
-                }
-                Some(Err(e)) => {
-                    done.insert(id.clone(), Err(e.clone()));
-                }
-                None => {
-                    failed.insert(
-                        id.clone(),
-                        KafkaError::Internal(format!("no coordinator answer for {id:?}")),
-                    );
-                }
-            }
+    ) -> DescribeAnswer {
+        let broker = self.client.lookup().coordinator(id).await?;
+        let answer = self.enqueue(&broker, id).await.unwrap_or_else(|_| {
+            Err(KafkaError::Internal(
+                "the describe batch was dropped".into(),
+            ))
+        })?;
+        let Some(d) = &answer else {
+            return Ok(answer);
+        };
+        let Some(seen) = floor(id).filter(|f| d.token().is_some_and(|t| t < *f)) else {
+            return Ok(answer);
+        };
+        tracing::warn!(
+            id = %id,
+            broker = %broker.addr,
+            answered = %format!("{}:{}", d.producer_id, d.producer_epoch),
+            seen = %seen,
+            "a coordinator answered a pair below one already seen; asking again"
+        );
+        if let Some(observer) = self.client.observer() {
+            observer.stale_answer(StaleReason::BelowHighWater);
         }
-        for (id, broker, rx) in waits {
-            let answer = rx.await.unwrap_or_else(|_| {
-                Err(KafkaError::Internal(
-                    "the describe batch was dropped".into(),
-                ))
-            });
-            match answer {
-                Ok(Some(d)) if floor(id).is_some_and(|f| d.token().is_some_and(|t| t < f)) => {
-                    let seen = floor(id).map(|f| f.to_string()).unwrap_or_default();
-                    tracing::warn!(
-                        id = %id,
-                        broker = %broker.addr,
-                        answered = %format!("{}:{}", d.producer_id, d.producer_epoch),
-                        seen = %seen,
-                        "a coordinator answered a pair below one already seen; asking again"
-                    );
-                    if let Some(observer) = self.client.observer() {
-                        observer.stale_answer(StaleReason::BelowHighWater);
-                    }
-                    self.client.state().learn(Lesson::BelowHighWater {
-                        key: id,
-                        addr: &broker.addr,
-                    });
-                    failed.insert(
-                        id.clone(),
-                        KafkaError::Stale {
-                            addr: broker.addr,
-                            reason: format!(
-                                "answered {}:{} for {id:?} after {seen} was seen",
-                                d.producer_id, d.producer_epoch
-                            ),
-                        },
-                    );
-                }
-                Err(e) if e.is_retriable() => {
-                    failed.insert(id.clone(), e);
-                }
-                answer => {
-                    done.insert(id.clone(), answer);
-                }
-            }
-        }
+        self.client.state().learn(Lesson::BelowHighWater {
+            key: id,
+            addr: &broker.addr,
+        });
+        Err(KafkaError::Stale {
+            addr: broker.addr,
+            reason: format!(
+                "answered {}:{} for {id:?} after {seen} was seen",
+                d.producer_id, d.producer_epoch
+            ),
+        })
     }
 
     /// Queues `id` for `coordinator`'s next batch (or, without batching,
