@@ -396,6 +396,10 @@ def report(results):
     say("wrote docs/benchmarks.md (its network section) and", RESULTS)
 
 
+def cycles(n):
+    return "one cycle" if n == 1 else f"{n} cycles"
+
+
 def ratio(a, b):
     return a / b if b else float("nan")
 
@@ -474,7 +478,7 @@ def render(results):
         lines += ["### Scale-out: replicas at one total rate", "",
                   f"Open-loop checks at {results['scale_rate']:.0f}/s in all, split evenly over "
                   f"the replicas, no delay; after {SCALE_WARMUP_S} s of warm-up, "
-                  f"{results.get('scale_cycles', 1)} cycle(s) of the order 1 4 8 8 4 1, "
+                  f"{cycles(results.get('scale_cycles', 1))} of the order 1 4 8 8 4 1, "
                   f"{SCALE_S} s each, every pass of a count combined. Kafka's "
                   f"CPU is that of its four JVMs over the run, idle polls of every replica "
                   f"included (each pass's own in parentheses; above idle: less their rate with "
