@@ -213,15 +213,7 @@ async fn a_broker_whose_metadata_is_behind_is_never_asked_to_look_up_or_confirm(
     }
     // All at once: one batch, confirmed by a Metadata request of
     // `__transaction_state` (more than two ids).
-    let deadline = Instant::now() + Duration::from_secs(8);
-    let answers = client
-        .describer()
-        .describe_transactions(&ids, &|_| None, deadline)
-        .await;
-    for id in &ids {
-        let answer = answers[id].as_ref().unwrap().as_ref().unwrap();
-        assert_eq!((answer.producer_id, answer.producer_epoch), (7, 2), "{id}");
-    }
+    all_described_as(&client, &ids, (7, 2)).await;
     assert_eq!(
         brokers[0].requests(ApiKey::FindCoordinator).len(),
         asked_before,

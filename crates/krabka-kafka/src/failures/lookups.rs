@@ -96,40 +96,13 @@ async fn not_coordinator_looks_every_id_of_the_broker_up_again_in_one_batch() {
 /// replica's first poll of 1,000 roles on three real brokers).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_unknown_ids_are_looked_up_in_one_find_coordinator() {
-    let addr = Arc::new(std::sync::Mutex::new(String::new()));
-    let broker = FakeBroker::start(Arc::new({
-        let addr = addr.clone();
-        move |header, body| {
-            let addr = addr.lock().unwrap().clone();
-            match header.request_api_key {
-                k if k == ApiKey::Metadata as i16 => {
-                    Some(answer(header, &metadata(&[(1, addr.as_str())], None)))
-                }
-                k if k == ApiKey::FindCoordinator as i16 => {
-                    let asked = request(header.request_api_version, body);
-                    Some(answer(header, &naming(asked, |_| (1, addr.as_str()))))
-                }
-                k if k == ApiKey::DescribeTransactions as i16 => {
-                    Some(described(header, body, (7, 1), "Ongoing"))
-                }
-                _ => None,
-            }
-        }
-    }))
-    .await;
-    *addr.lock().unwrap() = broker.addr.clone();
+    let brokers =
+        scripted_brokers(&[(7, 1)], Arc::new(AtomicUsize::new(0)), &[Duration::ZERO]).await;
+    let broker = &brokers[0];
     let client = client(&[&broker.addr]);
     client.metadata().refresh_metadata(&[]).await.unwrap();
     let ids: Vec<String> = (0..1_000).map(|i| format!("role-{i:04}")).collect();
-    let deadline = Instant::now() + Duration::from_secs(8);
-    let answers = client
-        .describer()
-        .describe_transactions(&ids, &|_| None, deadline)
-        .await;
-    for id in &ids {
-        let d = answers[id].as_ref().unwrap().as_ref().unwrap();
-        assert_eq!((d.producer_id, d.producer_epoch), (7, 1), "{id}");
-    }
+    all_described_as(&client, &ids, (7, 1)).await;
     assert_eq!(
         broker.requests(ApiKey::FindCoordinator).len(),
         1,

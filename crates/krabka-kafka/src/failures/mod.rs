@@ -238,6 +238,19 @@ pub(super) async fn stale_answer_confirmed_before_the_check_arrived(ids: &[&str]
     assert_eq!(brokers[2].requests(ApiKey::DescribeTransactions).len(), 1);
 }
 
+/// Describes `ids` together (within 8 s) and asserts every answer is `pair`.
+pub(super) async fn all_described_as(client: &KafkaClient, ids: &[String], pair: (i64, i16)) {
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let answers = client
+        .describer()
+        .describe_transactions(ids, &|_| None, deadline)
+        .await;
+    for id in ids {
+        let d = answers[id].as_ref().unwrap().as_ref().unwrap();
+        assert_eq!((d.producer_id, d.producer_epoch), pair, "{id}");
+    }
+}
+
 /// An address nothing listens on.
 pub(super) fn closed_port() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
