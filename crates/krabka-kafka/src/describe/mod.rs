@@ -210,13 +210,19 @@ impl Describer<'_> {
         let mut failed: HashMap<&str, KafkaError> = HashMap::new();
         while !pending.is_empty() {
             let attempts = async {
-                // Every id's coordinator in one lookup first: each attempt
-                // alone would register its id as it is first polled, the
-                // lookups would go out in waves and the describes behind
-                // them too (a replica's first poll of 1,000 roles on three
-                // brokers sent 12-16 describes for what 6 carry).
-                self.warm_coordinators(&pending).await;
-                join_all(pending.iter().map(|id| self.attempt(id, floor))).await
+                // Every id placed first, in one lookup and under one lock of
+                // the queues. Placed by each attempt as it was first polled,
+                // on a multi-threaded runtime the lookup task and the senders
+                // took the ids placed so far, and lookups and describes went
+                // out in waves (a replica's first poll of 1,000 roles on
+                // three brokers: 12-16 describes for what 6 carry; 1,000 ids
+                // on one scripted broker: 5-17 describes for what 2 carry).
+                let placed = self.place_all(&pending).await;
+                let answers = pending.iter().zip(placed).map(|(id, placed)| async move {
+                    let (broker, answer) = placed?;
+                    self.answered(id, &broker, answer, floor).await
+                });
+                join_all(answers).await
             };
             let Ok(answers) = tokio::time::timeout_at(deadline, attempts).await else {
                 for id in pending.drain(..) {
@@ -251,26 +257,51 @@ impl Describer<'_> {
         done
     }
 
-    /// Looks up in one go the coordinators of `ids` the table does not
-    /// know; their errors are the attempts' to meet.
-    async fn warm_coordinators(&self, ids: &[&str]) {
-        if ids.len() < 2 {
-            return;
-        }
+    /// Looks the coordinators of `ids` up in one go and queues each id in
+    /// its coordinator's next batch, all at once: per id, in order, its
+    /// coordinator and where its answer comes, or the lookup's error.
+    async fn place_all(&self, ids: &[&str]) -> Vec<Result<(Broker, Answer), KafkaError>> {
         let keys: Vec<String> = ids.iter().map(|id| (*id).to_owned()).collect();
-        self.client.lookup().coordinators(&keys).await;
+        let mut found = self.client.lookup().coordinators(&keys).await;
+        let mut queued = Vec::with_capacity(keys.len());
+        let placed = keys
+            .into_iter()
+            .map(|key| {
+                let broker = found.remove(&key).unwrap_or_else(|| {
+                    Err(KafkaError::Internal(format!("no coordinator for {key:?}")))
+                })?;
+                let (tx, rx) = oneshot::channel();
+                queued.push((broker.clone(), key, tx));
+                Ok((broker, rx))
+            })
+            .collect();
+        self.enqueue_all(queued);
+        placed
     }
 
     /// One try of `id`: its coordinator, its place in that coordinator's
-    /// next batch, the answer. Retriable failures (and an answer below
-    /// `floor(id)`, from a stale coordinator) are errors to retry.
+    /// next batch, the answer.
     async fn attempt(
         &self,
         id: &str,
         floor: &(dyn Fn(&str) -> Option<FencingToken> + Sync),
     ) -> DescribeAnswer {
         let broker = self.client.lookup().coordinator(id).await?;
-        let answer = self.enqueue(&broker, id).await.unwrap_or_else(|_| {
+        let answer = self.enqueue(&broker, id);
+        self.answered(id, &broker, answer, floor).await
+    }
+
+    /// The answer for `id` that `broker`'s batch sends to `answer`.
+    /// Retriable failures (and an answer below `floor(id)`, from a stale
+    /// coordinator) are errors to retry.
+    async fn answered(
+        &self,
+        id: &str,
+        broker: &Broker,
+        answer: Answer,
+        floor: &(dyn Fn(&str) -> Option<FencingToken> + Sync),
+    ) -> DescribeAnswer {
+        let answer = answer.await.unwrap_or_else(|_| {
             Err(KafkaError::Internal(
                 "the describe batch was dropped".into(),
             ))
@@ -296,7 +327,7 @@ impl Describer<'_> {
             addr: &broker.addr,
         });
         Err(KafkaError::Stale {
-            addr: broker.addr,
+            addr: broker.addr.clone(),
             reason: format!(
                 "answered {}:{} for {id:?} after {seen} was seen",
                 d.producer_id, d.producer_epoch
@@ -306,24 +337,36 @@ impl Describer<'_> {
 
     /// Queues `id` for `coordinator`'s next batch (or, without batching,
     /// sends a request of its own).
-    fn enqueue(&self, coordinator: &Broker, id: &str) -> oneshot::Receiver<DescribeAnswer> {
+    fn enqueue(&self, coordinator: &Broker, id: &str) -> Answer {
         let (tx, rx) = oneshot::channel();
         if !self.client.config().describe_batching {
-            let client = self.client.clone();
-            let coordinator = coordinator.clone();
-            let batch = vec![(id.to_owned(), tx)];
-            tokio::spawn(
-                async move { client.describer().describe_batch(&coordinator, batch).await },
-            );
+            self.send_alone(coordinator, id.to_owned(), tx);
             return rx;
         }
         let rounds = self.client.state().metadata().is_multi_broker();
-        match self
-            .client
-            .state()
-            .describes()
-            .enqueue(coordinator, id, tx, rounds)
-        {
+        let describes = self.client.state().describes();
+        self.start(coordinator, describes.enqueue(coordinator, id, tx, rounds));
+        rx
+    }
+
+    /// Queues ids as [`Self::enqueue`] does each, all before a sender or a
+    /// round takes any.
+    fn enqueue_all(&self, ids: Vec<(Broker, String, DescribeReply)>) {
+        if !self.client.config().describe_batching {
+            for (coordinator, id, reply) in ids {
+                self.send_alone(&coordinator, id, reply);
+            }
+            return;
+        }
+        let rounds = self.client.state().metadata().is_multi_broker();
+        for (coordinator, start) in self.client.state().describes().enqueue_all(ids, rounds) {
+            self.start(&coordinator, start);
+        }
+    }
+
+    /// Starts what queueing an id for `coordinator` asked for.
+    fn start(&self, coordinator: &Broker, start: Start) {
+        match start {
             Start::Nothing => {}
             Start::Sender => {
                 let (client, coordinator) = (self.client.clone(), coordinator.clone());
@@ -332,7 +375,15 @@ impl Describer<'_> {
             Start::Rounds => self.start_rounds(),
             Start::Overlap => self.client.state().describes().wake(),
         }
-        rx
+    }
+
+    /// Without batching: a DescribeTransactions of `id` alone, in its own
+    /// task.
+    fn send_alone(&self, coordinator: &Broker, id: String, reply: DescribeReply) {
+        let client = self.client.clone();
+        let coordinator = coordinator.clone();
+        let batch = vec![(id, reply)];
+        tokio::spawn(async move { client.describer().describe_batch(&coordinator, batch).await });
     }
 
     /// Sends the waiting ids of one coordinator, batch after batch, until
@@ -413,6 +464,9 @@ impl Describer<'_> {
         Ok(answers)
     }
 }
+
+/// Where an id's answer comes.
+type Answer = oneshot::Receiver<DescribeAnswer>;
 
 /// Where a batch's confirmation comes.
 type Pending = oneshot::Receiver<Result<Confirmation, KafkaError>>;

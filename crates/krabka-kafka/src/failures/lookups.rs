@@ -89,11 +89,12 @@ async fn not_coordinator_looks_every_id_of_the_broker_up_again_in_one_batch() {
 }
 
 /// Many ids no coordinator is known for (a replica's first poll, a batch
-/// check on a fresh client): one FindCoordinator for all of them, then the
-/// describes. Looked up by each attempt as it was first polled, the ids
-/// went out in waves on a multi-threaded runtime, the lookup task taking
-/// the ids registered so far (12-16 describes for what 6 carry in a
-/// replica's first poll of 1,000 roles on three real brokers).
+/// check on a fresh client): one FindCoordinator for all of them, then as
+/// few describes as carry them. Looked up and queued by each attempt as it
+/// was first polled, the ids went out in waves on a multi-threaded runtime,
+/// the lookup task and the sender taking the ids placed so far (12-16
+/// describes for what 6 carry in a replica's first poll of 1,000 roles on
+/// three real brokers; here 5-17 describes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_unknown_ids_are_looked_up_in_one_find_coordinator() {
     let brokers =
@@ -108,5 +109,11 @@ async fn many_unknown_ids_are_looked_up_in_one_find_coordinator() {
         1,
         "1,000 ids, {} describes",
         broker.requests(ApiKey::DescribeTransactions).len()
+    );
+    assert_eq!(
+        broker.requests(ApiKey::DescribeTransactions).len(),
+        ids.len().div_ceil(client.config().max_describe_batch),
+        "batches of at most {} ids",
+        client.config().max_describe_batch
     );
 }

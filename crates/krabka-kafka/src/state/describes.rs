@@ -87,6 +87,29 @@ struct Queues {
     shortest: WindowedMin,
 }
 
+impl Queues {
+    /// Queues `id` for `coordinator`; what the caller starts.
+    fn push(&mut self, coordinator: &Broker, id: &str, reply: Reply, rounds: bool) -> Start {
+        self.waiting += 1;
+        let queue = self.queues.entry(coordinator.clone()).or_default();
+        queue.waiting.push((id.to_owned(), reply));
+        if !rounds {
+            return if std::mem::replace(&mut queue.busy, 1) > 0 {
+                Start::Nothing
+            } else {
+                Start::Sender
+            };
+        }
+        if !std::mem::replace(&mut self.rounds, true) {
+            Start::Rounds
+        } else if self.overlap_at == Some(self.waiting) {
+            Start::Overlap
+        } else {
+            Start::Nothing
+        }
+    }
+}
+
 impl Queue {
     /// Ids wait and a describe is to spare.
     fn ready(&self) -> bool {
@@ -126,25 +149,26 @@ impl DescribeQueues {
         reply: Reply,
         rounds: bool,
     ) -> Start {
-        let mut guard = lock(&self.queues);
-        let queues = &mut *guard;
-        queues.waiting += 1;
-        let queue = queues.queues.entry(coordinator.clone()).or_default();
-        queue.waiting.push((id.to_owned(), reply));
-        if !rounds {
-            return if std::mem::replace(&mut queue.busy, 1) > 0 {
-                Start::Nothing
-            } else {
-                Start::Sender
-            };
+        lock(&self.queues).push(coordinator, id, reply, rounds)
+    }
+
+    /// Queues many ids at once, as [`Self::enqueue`] does each: no sender
+    /// or round takes a part of them before the rest are queued. What the
+    /// caller starts, each once, with its coordinator.
+    pub(crate) fn enqueue_all(
+        &self,
+        ids: impl IntoIterator<Item = (Broker, String, Reply)>,
+        rounds: bool,
+    ) -> Vec<(Broker, Start)> {
+        let mut queues = lock(&self.queues);
+        let mut starts = Vec::new();
+        for (coordinator, id, reply) in ids {
+            match queues.push(&coordinator, &id, reply, rounds) {
+                Start::Nothing => {}
+                start => starts.push((coordinator, start)),
+            }
         }
-        if !std::mem::replace(&mut queues.rounds, true) {
-            Start::Rounds
-        } else if queues.overlap_at == Some(queues.waiting) {
-            Start::Overlap
-        } else {
-            Start::Nothing
-        }
+        starts
     }
 
     /// The coordinators whose next batch a round can take now (ids
@@ -359,6 +383,34 @@ mod tests {
         assert_eq!(names(&queues.next_batch(&at, 10).unwrap()), ["c"]);
         assert!(queues.next_batch(&at, 10).is_none(), "done");
         assert_eq!(enqueue("d"), Start::Sender, "starts anew");
+    }
+
+    #[test]
+    fn ids_queued_at_once_start_each_sender_and_the_rounds_once() {
+        let queues = DescribeQueues::default();
+        let (one, two) = brokers();
+        let ids = |n: usize| {
+            (0..n).map(|i| {
+                let at = if i % 2 == 0 { &one } else { &two };
+                (at.clone(), format!("id-{i}"), oneshot::channel().0)
+            })
+        };
+        let started: Vec<(i32, Start)> = queues
+            .enqueue_all(ids(6), false)
+            .into_iter()
+            .map(|(b, s)| (b.id, s))
+            .collect();
+        assert_eq!(started, [(1, Start::Sender), (2, Start::Sender)]);
+        assert_eq!(queues.next_batch(&one, 10).unwrap().len(), 3, "every id");
+        let queues = DescribeQueues::default();
+        let started: Vec<Start> = queues
+            .enqueue_all(ids(6), true)
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        assert_eq!(started, [Start::Rounds]);
+        assert!(queues.go_on(|| false));
+        assert_eq!(queues.take(&two, 10).unwrap().len(), 3, "every id");
     }
 
     fn brokers() -> (Broker, Broker) {
