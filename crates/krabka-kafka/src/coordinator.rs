@@ -115,6 +115,10 @@ impl Lookup<'_> {
 
     /// The transaction coordinator of one id, one attempt.
     pub(crate) async fn coordinator(&self, key: &str) -> Result<Broker, KafkaError> {
+        // Every check comes here: the common case builds no map.
+        if let Some(broker) = self.client.state().coordinators().known(key) {
+            return Ok(broker);
+        }
         let keys = [key.to_owned()];
         self.coordinators(&keys)
             .await

@@ -188,16 +188,24 @@ impl Coordinators {
         lock(&self.suspects).contains_key(addr)
     }
 
+    /// The coordinator of `key` when the table knows it and no broker is
+    /// suspect, the common case: no lock but the table's shared one,
+    /// nothing built.
+    pub(crate) fn known(&self, key: &str) -> Option<Broker> {
+        if self.any_suspect.load(Ordering::Acquire) {
+            return None;
+        }
+        self.known.get(key)
+    }
+
     /// The coordinators of `keys` the table can answer, and a place in the
     /// lookups for the others (shared with lookups of the same keys).
     pub(crate) fn resolve(&self, keys: &[String]) -> Resolved {
         let now = Instant::now();
         let mut found = HashMap::with_capacity(keys.len());
-        // The common case, a healthy cluster and known ids: no lock but the
-        // table's shared one.
         if !self.any_suspect.load(Ordering::Acquire) {
             for key in keys {
-                if let Some(broker) = self.known.get(key) {
+                if let Some(broker) = self.known(key) {
                     found.insert(key.clone(), Ok(broker));
                 }
             }
