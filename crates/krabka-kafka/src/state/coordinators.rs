@@ -203,19 +203,17 @@ impl Coordinators {
     pub(crate) fn resolve(&self, keys: &[String]) -> Resolved {
         let now = Instant::now();
         let mut found = HashMap::with_capacity(keys.len());
-        if !self.any_suspect.load(Ordering::Acquire) {
-            for key in keys {
-                if let Some(broker) = self.known(key) {
-                    found.insert(key.clone(), Ok(broker));
-                }
+        for key in keys {
+            if let Some(broker) = self.known(key) {
+                found.insert(key.clone(), Ok(broker));
             }
-            if found.len() == keys.len() {
-                return Resolved {
-                    found,
-                    waits: Vec::new(),
-                    start: false,
-                };
-            }
+        }
+        if found.len() == keys.len() {
+            return Resolved {
+                found,
+                waits: Vec::new(),
+                start: false,
+            };
         }
         let mut waits = Vec::new();
         let suspects = lock(&self.suspects);
