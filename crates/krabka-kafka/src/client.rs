@@ -166,10 +166,11 @@ impl KafkaClient {
     pub(crate) async fn connection(&self, addr: &str) -> Result<Arc<Connection>, KafkaError> {
         let slot = self.slot(addr);
         let mut guard = slot.lock().await;
-        if let Some(conn) = guard
-            .as_ref()
-            .filter(|c| !c.is_closed() && self.of_known_cluster(c))
-        {
+        if let Some(conn) = guard.as_ref().filter(|c| {
+            !c.is_closed()
+                && self.of_known_cluster(c)
+                && !self.state().nodes().given_up(addr, c.opened())
+        }) {
             return Ok(conn.clone());
         }
         if let Some(blocked) = self.state().nodes().blocked(addr) {
@@ -240,11 +241,12 @@ impl KafkaClient {
                 conn.retire_at(Instant::now() + lifetime.mul_f64(share));
             }
         }
-        let id = conn.ask_cluster_id(config.request_timeout).await?;
+        let (id, brokers) = conn.ask_cluster_id(config.request_timeout).await?;
         self.state().learn(Lesson::ClusterId {
             addr,
             id: id.clone(),
         });
+        self.state().learn(Lesson::Brokers { addr, brokers });
         if let Some(id) = id {
             conn.hold_while_open(Box::new(self.state().connected(id)));
         }

@@ -169,6 +169,13 @@ impl FakeBroker {
         *self.task.lock().unwrap() = self.listen(listener);
     }
 
+    /// Another process behind the same address, as a moved DNS name or a
+    /// proxy makes it: new connections are answered by `script`, the open
+    /// ones still by the script they began with.
+    pub fn replace_for_new_connections(&self, script: Script) {
+        *self.script.write().unwrap() = script;
+    }
+
     /// The requests of one API this broker received.
     pub fn requests(&self, api: ApiKey) -> Vec<(i16, Bytes)> {
         self.seen
@@ -330,7 +337,9 @@ fn api_versions(header: &RequestHeader) -> Bytes {
 pub type Partitions<'a> = &'a [(i32, i32, i32)];
 
 /// A Metadata answer: `brokers` as (id, addr), and a topic by name with its
-/// partitions.
+/// partitions (each replicated on its leader alone). As a broker asked for
+/// `__transaction_state` too (every refresh asks for it) answers, the
+/// answer also says that topic does not exist, unless it is the topic.
 pub fn metadata(
     brokers: &[(i32, &str)],
     topic: Option<(&str, Partitions<'_>)>,
@@ -358,12 +367,23 @@ pub fn metadata(
                                     .with_partition_index(*index)
                                     .with_leader_id(BrokerId(*leader))
                                     .with_leader_epoch(*epoch)
+                                    .with_replica_nodes(vec![BrokerId(*leader)])
                             })
                             .collect(),
                     ),
             ]
         })
         .unwrap_or_default();
+    let mut topics = topics;
+    if topic.is_none_or(|(name, _)| name != "__transaction_state") {
+        topics.push(
+            MetadataResponseTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_static_str(
+                    "__transaction_state",
+                ))))
+                .with_error_code(3),
+        );
+    }
     MetadataResponse::default()
         .with_cluster_id(Some(StrBytes::from_static_str("fake-cluster")))
         .with_brokers(brokers)

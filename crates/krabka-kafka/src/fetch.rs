@@ -416,7 +416,7 @@ impl Reader<'_> {
         partition: i32,
         from: i64,
     ) -> Result<PartitionRead, KafkaError> {
-        if self.client.state().metadata().is_multi_broker()
+        if !self.client.state().metadata().single_broker()
             && !self.client.state().epochs().confirmed_within(
                 topic,
                 partition,

@@ -19,7 +19,7 @@
 //! per long-poll interval, so a read's freshness never rests on its own
 //! leader's word alone.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use futures::FutureExt;
 use kafka_protocol::messages::{
@@ -34,8 +34,7 @@ use super::error::{KafkaError, ResponseError};
 use super::retry::{retrying, retrying_until};
 use super::state::{Leader, Lesson, MetadataAnswer, PartitionMeta, Refresh, TopicMeta};
 
-/// The topic whose partition leaders are the transaction coordinators.
-pub(crate) const TRANSACTION_STATE: &str = "__transaction_state";
+pub(crate) use super::state::TRANSACTION_STATE;
 
 /// A Metadata request for `topics`, never creating one.
 pub(crate) fn build_metadata(topics: Vec<String>) -> MetadataRequest {
@@ -53,7 +52,37 @@ pub(crate) fn build_metadata(topics: Vec<String>) -> MetadataRequest {
 }
 
 /// What a Metadata answer says, partitions sorted by index.
-fn parse_metadata(response: MetadataResponse) -> MetadataAnswer {
+pub(crate) fn parse_metadata(response: MetadataResponse) -> MetadataAnswer {
+    let mut replicas = BTreeSet::new();
+    let topics = response
+        .topics
+        .into_iter()
+        .filter_map(|topic| {
+            let name = topic.name?.0.to_string();
+            let mut partitions: Vec<PartitionMeta> = topic
+                .partitions
+                .iter()
+                .map(|p| PartitionMeta {
+                    index: p.partition_index,
+                    leader: p.leader_id.0,
+                    leader_epoch: p.leader_epoch,
+                    error: p.error_code,
+                })
+                .collect();
+            partitions.sort_by_key(|p| p.index);
+            replicas.extend(
+                topic
+                    .partitions
+                    .iter()
+                    .flat_map(|p| p.replica_nodes.iter().map(|r| r.0)),
+            );
+            let meta = TopicMeta {
+                error: topic.error_code,
+                partitions,
+            };
+            Some((name, meta))
+        })
+        .collect();
     MetadataAnswer {
         cluster_id: response.cluster_id.as_ref().map(|c| c.as_str().into()),
         brokers: response
@@ -61,29 +90,8 @@ fn parse_metadata(response: MetadataResponse) -> MetadataAnswer {
             .iter()
             .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
             .collect(),
-        topics: response
-            .topics
-            .into_iter()
-            .filter_map(|topic| {
-                let name = topic.name?.0.to_string();
-                let mut partitions: Vec<PartitionMeta> = topic
-                    .partitions
-                    .iter()
-                    .map(|p| PartitionMeta {
-                        index: p.partition_index,
-                        leader: p.leader_id.0,
-                        leader_epoch: p.leader_epoch,
-                        error: p.error_code,
-                    })
-                    .collect();
-                partitions.sort_by_key(|p| p.index);
-                let meta = TopicMeta {
-                    error: topic.error_code,
-                    partitions,
-                };
-                Some((name, meta))
-            })
-            .collect(),
+        topics,
+        replicas,
     }
 }
 
@@ -147,6 +155,20 @@ impl ClusterMetadata<'_> {
         self.client.state().metadata().want(topics);
         let deadline = Instant::now() + self.client.config().operation_timeout;
         self.start_refresh(deadline).await
+    }
+
+    /// Refreshes metadata when no answer has said yet how large the cluster
+    /// is (a new client, a cluster just replaced): a describe's answer is
+    /// used unconfirmed only on a cluster known to be one broker, and its
+    /// confirmation needs the other brokers' addresses. A failed refresh
+    /// leaves the size unknown: the describe then fails for want of a
+    /// broker to confirm it, and is retried.
+    pub(crate) async fn learn_size(&self) {
+        if self.client.state().metadata().size_unknown()
+            && let Err(error) = self.refresh_metadata(&[]).await
+        {
+            tracing::debug!(%error, "the cluster's size is not known yet");
+        }
     }
 
     /// The refresh in flight, or a new one (spaced `retry_backoff` after
@@ -257,7 +279,7 @@ impl ClusterMetadata<'_> {
     /// probed meanwhile.
     pub(crate) async fn confirm_leaders(&self, topic: &str) {
         self.probe_stale();
-        if !self.client.state().metadata().is_multi_broker() {
+        if self.client.state().metadata().single_broker() {
             return;
         }
         let request = build_metadata(self.refresh_topics(Some(topic)));

@@ -13,7 +13,7 @@
 //! client does: a silent broker is a dead connection.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,6 +45,12 @@ type Reply = oneshot::Sender<Result<Bytes, KafkaError>>;
 
 /// What a connection holds for others until it fails.
 pub(crate) type Held = Box<dyn std::fmt::Debug + Send>;
+
+/// The partitions of `__transaction_state` the broker process on a
+/// connection names itself leader of, by index, with their leader epochs:
+/// what tells that process from another registered with the same node id
+/// (`describe::incarnation`).
+pub(crate) type Leads = HashMap<i32, i32>;
 
 enum Pending {
     Open(HashMap<i32, Reply>),
@@ -133,6 +139,12 @@ pub(crate) struct Connection {
     /// The id of the cluster the broker said it belongs to when the
     /// connection opened.
     cluster_id: Option<Arc<str>>,
+    /// When the connection was opened.
+    opened: tokio::time::Instant,
+    /// What the broker's latest answer on this connection said it leads.
+    leads: Mutex<Option<Arc<Leads>>>,
+    /// A request for [`Connection::leads`] is in flight.
+    asking_leads: AtomicBool,
 }
 
 impl std::fmt::Debug for Connection {
@@ -178,7 +190,36 @@ impl Connection {
             reader,
             retire_at: None,
             cluster_id: None,
+            opened: tokio::time::Instant::now(),
+            leads: Mutex::default(),
+            asking_leads: AtomicBool::new(false),
         }
+    }
+
+    /// When the connection was opened.
+    pub(crate) fn opened(&self) -> tokio::time::Instant {
+        self.opened
+    }
+
+    /// What the broker on this connection last said it leads, once asked.
+    pub(crate) fn leads(&self) -> Option<Arc<Leads>> {
+        lock(&self.leads).clone()
+    }
+
+    /// Takes in what the broker on this connection says it leads.
+    pub(crate) fn set_leads(&self, leads: Leads) {
+        *lock(&self.leads) = Some(Arc::new(leads));
+    }
+
+    /// True for the one caller that may ask what the broker leads now
+    /// (none is in flight); it calls [`Connection::asked_leads`] after.
+    pub(crate) fn begin_asking_leads(&self) -> bool {
+        !self.asking_leads.swap(true, Ordering::AcqRel)
+    }
+
+    /// The request [`Connection::begin_asking_leads`] allowed ended.
+    pub(crate) fn asked_leads(&self) {
+        self.asking_leads.store(false, Ordering::Release);
     }
 
     /// Retires the connection at `at`: requests in flight finish, new ones
@@ -219,17 +260,23 @@ impl Connection {
     /// Asks the broker which cluster it belongs to (a Metadata request for
     /// no topic, which needs no permission) and remembers it: the first
     /// request of every connection, so that nothing else is sent to a
-    /// broker of another cluster behind a known address.
+    /// broker of another cluster behind a known address. Returns the id
+    /// and the brokers the answer lists, as (node id, `host:port`).
     pub(crate) async fn ask_cluster_id(
         &mut self,
         timeout: Duration,
-    ) -> Result<Option<Arc<str>>, KafkaError> {
+    ) -> Result<(Option<Arc<str>>, Vec<(i32, String)>), KafkaError> {
         let request = MetadataRequest::default()
             .with_topics(Some(Vec::new()))
             .with_allow_auto_topic_creation(false);
         let (response, _) = self.call(&request, timeout).await?;
         self.cluster_id = response.cluster_id.map(|id| id.as_str().into());
-        Ok(self.cluster_id.clone())
+        let brokers = response
+            .brokers
+            .iter()
+            .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
+            .collect();
+        Ok((self.cluster_id.clone(), brokers))
     }
 
     /// The cluster id the broker reported when the connection opened.

@@ -14,10 +14,16 @@
 //! caught up with the metadata log, which may be after another broker took
 //! over as coordinator and minted a newer pair: a deposed token would look
 //! current. So an answer of coordinator X is used only when another broker
-//! Y confirms it: Y names X as the id's coordinator, in a FindCoordinator
-//! answer or as the leader of the id's `__transaction_state` partition in a
-//! Metadata answer (both from Y's metadata image; `coordinator` says which
-//! it sends). Kafka's own rules give what such a confirmation is worth:
+//! Y confirms it: Y names X as the leader of the id's `__transaction_state`
+//! partition in a Metadata answer, from Y's metadata image, at the leader
+//! epoch the process that answered the describe said it leads that
+//! partition at, on the describe's own connection (`incarnation`). X is a
+//! process, not a node id: a process registered with a fenced broker's
+//! node id (a replaced host, a force-deleted pod) leads at newer epochs
+//! than the process it replaced, while a connection made before still
+//! reaches the old one. (A client the cluster does not let describe that
+//! topic confirms with FindCoordinator, by node id alone: weaker, said at
+//! warn.) Kafka's own rules give what such a confirmation is worth:
 //! 1. a new coordinator Z can only mint after the controller made it leader
 //!    of the id's `__transaction_state` partition and it wrote the new pair
 //!    there with acks=all, with `transaction.state.log.min.isr` (2 by
@@ -31,7 +37,14 @@
 //!    answers from a metadata log it follows within milliseconds;
 //! 3. a deposed broker leads again only after catching up with the
 //!    metadata log, getting unfenced by a heartbeat and winning an
-//!    election: longer than [`CONFIRM_WINDOW`].
+//!    election: longer than [`CONFIRM_WINDOW`];
+//! 4. every change of a partition's leader bumps its leader epoch
+//!    (`PartitionChangeBuilder`), a node's old incarnation is fenced (its
+//!    leaderships moved, at new epochs) before a new one may register with
+//!    its id (`ClusterControlManager.registerBroker`), and a process
+//!    serves requests only once its image caught up at start-up: one
+//!    process ever leads a partition at a given epoch, and a process whose
+//!    own answer names itself leader at that epoch is that process.
 //!
 //! The argument rests on no duration of X's lag: X may answer from memory
 //! for as long as it likes (a pause, a partition from the controller).
@@ -47,8 +60,9 @@
 //! at `s`, Y answers at some `y ≥ s`, and its answer is received at `r ≥ y`;
 //! the check is answered at `e`, after both answers were received. An
 //! answer is used when (i) `s ≥ b`, (ii) `r − b ≤ CONFIRM_WINDOW` and (iii)
-//! Y ≠ X names X for k. Then X's pair P was current at an instant of
-//! `[t, e]`, the caller's request:
+//! Y ≠ X names X's node leader of k's partition at the epoch X's process
+//! said it leads it at (so, by 4., the leader Y names is X itself). Then
+//! X's pair P was current at an instant of `[t, e]`, the caller's request:
 //! - if `a ≥ y`: X led at y (2.), so it held every pair minted up to y,
 //!   and kept minting (not answering from a stale memory) until deposed
 //!   after y; P is the pair current at y or one X minted in `(y, a]`,
@@ -104,11 +118,17 @@
 //!   window is not confirmed.
 //! - *An answer that names another broker* (or an error) for an id leaves
 //!   that id's answer unconfirmed: asked again, at the broker named.
-//! - *One broker*: a cluster that never listed a second broker has nowhere
-//!   to move a coordinator to: no rounds, each coordinator's describes go
-//!   batch after batch, unconfirmed. When no broker but a batch's
-//!   coordinator can be asked (the others in reconnect backoff), the batch
-//!   fails at once, retriably.
+//! - *An answer of the right node id whose process did not say it leads
+//!   at the epoch Y names* leaves the answer unconfirmed and gives up the
+//!   connections to its address (`incarnation`): asked again on a new one.
+//! - *One broker*: a cluster a Metadata answer showed to be one broker (it
+//!   lists one, and `__transaction_state` has no replica elsewhere) has
+//!   nowhere to move a coordinator to: no rounds, each coordinator's
+//!   describes go batch after batch, unconfirmed. Until an answer said
+//!   how large the cluster is (a new client, a cluster just replaced) it
+//!   counts as many, and the describe asks for metadata first. When no
+//!   broker but a batch's coordinator can be asked (the others in
+//!   reconnect backoff), the batch fails at once, retriably.
 //!
 //! **Monotonic answers.** As a second line, a caller may give a floor per id:
 //! the highest pair it has seen from any source. An answer below it comes
@@ -126,13 +146,17 @@
 //! - `rounds`: the confirmation rounds;
 //! - `confirmation`: the confirmation of a batch, its broker and what it
 //!   backs;
+//! - `incarnation`: which process answered a describe (what it says it
+//!   leads, on the describe's connection);
 //! - `wire`: the requests and the answers as Kafka writes them.
 
 mod confirmation;
+mod incarnation;
 mod rounds;
 mod wire;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -141,6 +165,7 @@ use tokio::time::Instant;
 
 use super::client::KafkaClient;
 use super::config::Broker;
+use super::connection::Connection;
 use super::error::KafkaError;
 use super::observe::StaleReason;
 use super::retry::{Retry, retrying_until};
@@ -261,6 +286,7 @@ impl Describer<'_> {
     /// its coordinator's next batch, all at once: per id, in order, its
     /// coordinator and where its answer comes, or the lookup's error.
     async fn place_all(&self, ids: &[&str]) -> Vec<Result<(Broker, Answer), KafkaError>> {
+        self.client.metadata().learn_size().await;
         let keys: Vec<String> = ids.iter().map(|id| (*id).to_owned()).collect();
         let mut found = self.client.lookup().coordinators(&keys).await;
         let mut queued = Vec::with_capacity(keys.len());
@@ -286,6 +312,7 @@ impl Describer<'_> {
         id: &str,
         floor: &(dyn Fn(&str) -> Option<FencingToken> + Sync),
     ) -> DescribeAnswer {
+        self.client.metadata().learn_size().await;
         let broker = self.client.lookup().coordinator(id).await?;
         let answer = self.enqueue(&broker, id);
         self.answered(id, &broker, answer, floor).await
@@ -343,7 +370,7 @@ impl Describer<'_> {
             self.send_alone(coordinator, id.to_owned(), tx);
             return rx;
         }
-        let rounds = self.client.state().metadata().is_multi_broker();
+        let rounds = !self.client.state().metadata().single_broker();
         let describes = self.client.state().describes();
         self.start(coordinator, describes.enqueue(coordinator, id, tx, rounds));
         rx
@@ -358,7 +385,7 @@ impl Describer<'_> {
             }
             return;
         }
-        let rounds = self.client.state().metadata().is_multi_broker();
+        let rounds = !self.client.state().metadata().single_broker();
         for (coordinator, start) in self.client.state().describes().enqueue_all(ids, rounds) {
             self.start(&coordinator, start);
         }
@@ -403,7 +430,7 @@ impl Describer<'_> {
     }
 
     /// One DescribeTransactions to `coordinator` outside the rounds: in the
-    /// confirmation stream when the cluster ever had a second broker; its
+    /// confirmation stream unless the cluster is one broker; its
     /// answers wait for the confirmation in a task of their own.
     async fn describe_batch(&self, coordinator: &Broker, batch: Vec<(String, DescribeReply)>) {
         // Every check of the batch arrived before this instant.
@@ -417,18 +444,18 @@ impl Describer<'_> {
         let confirmation = self.confirmation(coordinator, &ids);
         let answers = self.describe(coordinator, &ids).await;
         match (answers, confirmation) {
-            (Ok(mut answers), Some(confirmation)) => {
+            (Ok((mut answers, conn)), Some(confirmation)) => {
                 let client = self.client.clone();
                 let coordinator = coordinator.clone();
                 tokio::spawn(async move {
                     client
                         .describer()
-                        .await_confirmation(&mut answers, &coordinator, confirmation, taken)
+                        .await_confirmation(&mut answers, &coordinator, &conn, confirmation, taken)
                         .await;
                     reply(batch, &Ok(answers), &coordinator);
                 });
             }
-            (answers, _) => reply(batch, &answers, coordinator),
+            (answers, _) => reply(batch, &answers.map(|(a, _)| a), coordinator),
         }
     }
 
@@ -439,29 +466,35 @@ impl Describer<'_> {
         tokio::spawn(rounds);
     }
 
-    /// The answers of `coordinator` for `ids`, unconfirmed.
+    /// The answers of `coordinator` for `ids`, unconfirmed, and the
+    /// connection they came on (its process is what a confirmation must
+    /// name: `incarnation`). The first describe on a connection asks what
+    /// the process leads alongside.
     async fn describe(
         &self,
         coordinator: &Broker,
         ids: &[String],
-    ) -> Result<HashMap<String, DescribeAnswer>, KafkaError> {
+    ) -> Result<(HashMap<String, DescribeAnswer>, Arc<Connection>), KafkaError> {
         let conn = self.client.connection(&coordinator.addr).await?;
         if let Some(observer) = self.client.observer() {
             observer.describe_batch(ids.len());
         }
         let request = build_describe(ids);
-        let answers = parse_describe(
-            self.client
-                .call_on(&conn, &request, self.client.config().request_timeout)
-                .await?,
-        );
+        let timeout = self.client.config().request_timeout;
+        let described = self.client.call_on(&conn, &request, timeout);
+        let response = if self.needs_leads(&conn) {
+            tokio::join!(described, self.ask_leads(&conn)).0
+        } else {
+            described.await
+        };
+        let answers = parse_describe(response?);
         let addr = coordinator.addr.as_str();
         for error in answers.values().filter_map(|a| a.as_ref().err()) {
             self.client
                 .state()
                 .learn(Lesson::DescribeFailed { addr, error });
         }
-        Ok(answers)
+        Ok((answers, conn))
     }
 }
 

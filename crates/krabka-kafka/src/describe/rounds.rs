@@ -1,5 +1,5 @@
-//! The confirmation rounds: one loop for the client while the cluster ever
-//! had a second broker (the argument is in `describe`). A round starts when
+//! The confirmation rounds: one loop for the client unless the cluster is
+//! known to be one broker (the argument is in `describe`). A round starts when
 //! the confirmation before it returned (or was slower than the hedge
 //! delay) and its describes returned (or took as long again): every
 //! coordinator with ids waiting and a describe to spare gives its batch
@@ -281,8 +281,8 @@ impl Describer<'_> {
         }
         let _ = returned.send(());
         let answers = match answers {
-            Ok(mut answers) => {
-                self.await_confirmation(&mut answers, &coordinator, confirmation, taken)
+            Ok((mut answers, conn)) => {
+                self.await_confirmation(&mut answers, &coordinator, &conn, confirmation, taken)
                     .await;
                 Ok(answers)
             }

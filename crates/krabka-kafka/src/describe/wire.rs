@@ -14,7 +14,7 @@ use crate::config::Broker;
 use crate::coordinator::coordinator_error;
 use crate::error::{KafkaError, ResponseError};
 use crate::metadata::{TRANSACTION_STATE, build_metadata};
-use crate::state::{Answer, TransactionDescription};
+use crate::state::{Leader, TransactionDescription};
 
 /// A DescribeTransactions of `ids`.
 pub(super) fn build_describe(ids: &[String]) -> DescribeTransactionsRequest {
@@ -55,9 +55,11 @@ pub(crate) fn build_leaders_request() -> MetadataRequest {
     build_metadata(vec![TRANSACTION_STATE.to_owned()])
 }
 
-/// Per partition of `__transaction_state` (by index), its leader or why
-/// it has none; the topic's error when it has one.
-pub(crate) fn parse_leaders(response: MetadataResponse) -> Result<Vec<Answer>, KafkaError> {
+/// Per partition of `__transaction_state` (by index), its leader with its
+/// leader epoch, or why it has none; the topic's error when it has one.
+pub(crate) fn parse_leaders(
+    response: MetadataResponse,
+) -> Result<Vec<Result<Leader, KafkaError>>, KafkaError> {
     let brokers: HashMap<i32, String> = response
         .brokers
         .iter()
@@ -78,7 +80,7 @@ pub(crate) fn parse_leaders(response: MetadataResponse) -> Result<Vec<Answer>, K
         return Err(KafkaError::broker("Metadata", topic.error_code, None));
     }
     let count = topic.partitions.len();
-    let mut leaders: Vec<Answer> = (0..count)
+    let mut leaders: Vec<Result<Leader, KafkaError>> = (0..count)
         .map(|p| {
             Err(KafkaError::Malformed(format!(
                 "Metadata named no partition {p} of {TRANSACTION_STATE}"
@@ -100,9 +102,12 @@ pub(crate) fn parse_leaders(response: MetadataResponse) -> Result<Vec<Answer>, K
             Err(KafkaError::broker("Metadata", partition.error_code, None))
         } else {
             match brokers.get(&leader) {
-                Some(addr) => Ok(Broker {
-                    id: leader,
-                    addr: addr.clone(),
+                Some(addr) => Ok(Leader {
+                    broker: Broker {
+                        id: leader,
+                        addr: addr.clone(),
+                    },
+                    epoch: partition.leader_epoch,
                 }),
                 None => Err(coordinator_error(
                     ResponseError::CoordinatorNotAvailable.code(),
@@ -211,6 +216,7 @@ pub(crate) mod tests {
             MetadataResponsePartition::default()
                 .with_partition_index(index)
                 .with_leader_id(BrokerId(leader))
+                .with_leader_epoch(index + 10)
                 .with_error_code(code)
         };
         let response = MetadataResponse::default()
@@ -235,9 +241,12 @@ pub(crate) mod tests {
         assert_eq!(leaders.len(), 3);
         assert_eq!(
             leaders[0],
-            Ok(Broker {
-                id: 1,
-                addr: "b:9001".into()
+            Ok(Leader {
+                broker: Broker {
+                    id: 1,
+                    addr: "b:9001".into()
+                },
+                epoch: 10,
             })
         );
         assert!(leaders[1].is_err(), "a leader not among the brokers");

@@ -87,6 +87,23 @@ pub(super) fn is_confirmation(header: &RequestHeader, body: &Bytes) -> bool {
         }
 }
 
+/// The confirmations `broker` received (and the refreshes, which ask for
+/// the same topic).
+pub(super) fn confirmations_at(broker: &FakeBroker) -> usize {
+    broker
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(api, version, body)| {
+            let header = RequestHeader::default()
+                .with_request_api_key(*api as i16)
+                .with_request_api_version(*version);
+            is_confirmation(&header, body)
+        })
+        .count()
+}
+
 /// Brokers 0, 1, … answering DescribeTransactions with `pairs[broker]`
 /// for every id, and FindCoordinator (and Metadata of the one partition of
 /// `__transaction_state`) with the broker `named` holds as the coordinator

@@ -17,8 +17,8 @@
 //!
 //! The rounds of `describe` build their request with
 //! [`Confirms::request_to`] right after taking their batches; describes
-//! outside the rounds (batching off, or a sender that began before the
-//! cluster listed a second broker) are carried by
+//! outside the rounds (batching off, or a sender that began while the
+//! cluster was known to be one broker, which then grew) are carried by
 //! [`Confirms::next_request`].
 
 use std::collections::{HashMap, HashSet};
@@ -27,7 +27,6 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use super::coordinators::Answer;
 use crate::config::Broker;
 use crate::error::KafkaError;
 use krabka_coordination::sync::lock;
@@ -39,7 +38,31 @@ pub(crate) struct Confirmation {
     /// The broker that answered.
     pub(crate) by: Broker,
     /// Per id of the waiter, that broker's answer.
-    pub(crate) named: HashMap<String, Answer>,
+    pub(crate) named: HashMap<String, Result<Named, KafkaError>>,
+}
+
+/// The coordinator a confirming broker names for one id: the broker and,
+/// from a Metadata answer, the id's partition of `__transaction_state`
+/// with the leader epoch it names that broker leader at (a FindCoordinator
+/// answer names no epoch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Named {
+    pub(crate) broker: Broker,
+    pub(crate) led: Option<Led>,
+}
+
+/// A partition of `__transaction_state` and a leader epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Led {
+    pub(crate) partition: i32,
+    pub(crate) epoch: i32,
+}
+
+impl Named {
+    /// `broker`, as a FindCoordinator answer names it: without an epoch.
+    pub(crate) fn found(broker: Broker) -> Named {
+        Named { broker, led: None }
+    }
 }
 
 /// Where a waiter's confirmation goes: the first answer, or the error of
@@ -344,7 +367,7 @@ mod tests {
             named: request
                 .ids
                 .iter()
-                .map(|id| (id.clone(), Ok(broker(1))))
+                .map(|id| (id.clone(), Ok(Named::found(broker(1)))))
                 .collect(),
         })
     }

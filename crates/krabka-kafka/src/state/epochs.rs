@@ -97,6 +97,9 @@ pub(crate) enum Judgement {
     Stale {
         /// Its broker was not stale before.
         first: bool,
+        /// It reported a partition behind (not merely left out one it
+        /// was behind on).
+        behind: bool,
         /// Which partition it reports behind.
         why: String,
     },
@@ -168,6 +171,7 @@ impl Epochs {
         {
             return Judgement::Stale {
                 first: false,
+                behind: false,
                 why: format!("its answer does not report {missing}, which it was behind on"),
             };
         }
@@ -176,7 +180,11 @@ impl Epochs {
             // Behind for longer than a moment, or still behind: stale.
             Some((why, since, on)) if was_stale || since + LAG_GRACE <= sent => {
                 let first = self.mark(&mut inner, from, now, on);
-                return Judgement::Stale { first, why };
+                return Judgement::Stale {
+                    first,
+                    behind: true,
+                    why,
+                };
             }
             // Lagging by a moment: used (with the newer entries), and
             // nothing said of the broker.
@@ -420,7 +428,7 @@ mod tests {
         assert!(epochs.is_stale("b:1"));
         tokio::time::advance(LAG_GRACE).await;
         // Broker 1 still names itself at 4: cut off.
-        let Judgement::Stale { first, why } = judge(&epochs, 1, &[(0, 1, 4)]) else {
+        let Judgement::Stale { first, why, .. } = judge(&epochs, 1, &[(0, 1, 4)]) else {
             panic!("broker 1 is behind");
         };
         assert!(!first, "already stale as the deposed leader");
@@ -463,7 +471,7 @@ mod tests {
         for silent in [&[(1, 2, 7)][..], &[]] {
             let judged = judge(&epochs, 1, silent);
             assert!(
-                matches!(&judged, Judgement::Stale { first: false, why } if why.contains("t-0")),
+                matches!(&judged, Judgement::Stale { first: false, why, .. } if why.contains("t-0")),
                 "{silent:?}: {judged:?}"
             );
             assert!(epochs.is_stale("b:1"));

@@ -32,7 +32,8 @@
 //! | a connection could not be opened | the reason is remembered until the broker answers, and logged: at warn for the first failure of a streak, then once a minute or when the reason changes, at debug otherwise; when retriable (refused, reset, timed out, DNS) the broker also *breaks*: it waits out a reconnect backoff (its attempts meanwhile fail with the remembered reason), metadata is refreshed before the next routed request, and its coordinators are suspect |
 //! | a request on a connection timed out, died or garbled | the broker breaks |
 //! | a broker's cluster id (a new connection's first request, or any Metadata answer) | checked before anything else: a new id clears everything learned of the old cluster |
-//! | a Metadata answer behind another broker's (a lower leader epoch) | its broker is stale: not asked for metadata, lookups or confirmations, its coordinators suspect, until an answer of it is behind nowhere; the answer is not used |
+//! | the brokers a new connection's first answer lists | the view learns the ones it did not know, and the cluster's size when it shows many (unless the broker is stale) |
+//! | a Metadata answer behind another broker's (a lower leader epoch) | its broker is stale: not asked for metadata, lookups or confirmations, its coordinators suspect, until an answer of it is behind nowhere; the answer is not used; its connections are given up (the next request opens a new one: the address may lead to a replacement now) |
 //! | a Metadata answer that is current | the view takes it (never an older leader epoch than known); its broker is current again; the old leader of a partition it moves is stale; it confirms the leaders it names other than its own broker |
 //! | a partition request failed with a leader error (or a disconnect) | the topic's metadata is fetched afresh |
 //! | a topic's metadata is old (created, no usable leader, wanted fresh) | the same |
@@ -41,6 +42,7 @@
 //! | FindCoordinator failed for an id | the id waits out a backoff |
 //! | DescribeTransactions answered NOT_COORDINATOR (16) or COORDINATOR_NOT_AVAILABLE (15) | every id of that broker is looked up again, in one batch per backoff |
 //! | a describe batch was answered and confirmed in full | the broker is trusted as a coordinator again |
+//! | a describe's process did not say it leads at the epoch another broker names its node leader at | the connections to its address are given up: the next request opens a new one, which reaches a replacement registered with that node id |
 //! | an answer was below a pair already seen | the id is forgotten and its broker suspect |
 //! | a transactional request failed to reach its coordinator or got 14–16 | the id is forgotten: that id alone is looked up again |
 
@@ -58,7 +60,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-pub(crate) use confirms::{Confirmation, Confirms, Request as ConfirmRequest};
+pub(crate) use confirms::{Confirmation, Confirms, Led, Named, Request as ConfirmRequest};
 use contact::Contact;
 pub(crate) use contact::Counted;
 pub(crate) use coordinators::{Answer, Coordinators};
@@ -68,7 +70,7 @@ pub(crate) use epochs::Epochs;
 use epochs::Judgement;
 pub(crate) use nodes::NodeStates;
 pub(crate) use ranking::{Candidate, Link, confirming, rank};
-pub(crate) use view::{Leader, Metadata, MetadataAnswer, Refresh};
+pub(crate) use view::{Leader, Metadata, MetadataAnswer, Refresh, TRANSACTION_STATE};
 pub use view::{PartitionMeta, TopicMeta};
 
 use super::config::{Broker, ClientConfig};
@@ -93,6 +95,12 @@ pub(crate) enum Lesson<'a> {
     },
     /// The cluster id `addr` reported when a connection to it opened.
     ClusterId { addr: &'a str, id: Option<Arc<str>> },
+    /// The brokers `addr` listed when a connection to it opened (after its
+    /// cluster id was taken in).
+    Brokers {
+        addr: &'a str,
+        brokers: Vec<(i32, String)>,
+    },
     /// A Metadata answer of the broker at `from`, asked at `sent`.
     Metadata {
         answer: MetadataAnswer,
@@ -119,6 +127,10 @@ pub(crate) enum Lesson<'a> {
     },
     /// A describe batch of `addr` was answered and confirmed in full.
     Confirmed { addr: &'a str },
+    /// The process on a connection to `addr` opened at `opened` answered a
+    /// describe but has not said it leads the partition at the epoch
+    /// another broker names its node leader at (`describe::incarnation`).
+    Unproven { addr: &'a str, opened: Instant },
     /// `addr` answered for `key` a pair below one already seen.
     BelowHighWater { key: &'a str, addr: &'a str },
     /// InitProducerId, AddPartitionsToTxn or EndTxn for `key` failed.
@@ -189,8 +201,8 @@ impl ClusterState {
     }
 
     /// The instant a read of `topic`-`partition` under leader epoch `epoch`
-    /// sent at `fetched` is complete as of (see `epochs`); on a cluster that
-    /// never listed a second broker nothing can move, so `fetched`.
+    /// sent at `fetched` is complete as of (see `epochs`); on a cluster known
+    /// to be one broker nothing can move, so `fetched`.
     pub(crate) fn complete_as_of(
         &self,
         topic: &str,
@@ -198,7 +210,7 @@ impl ClusterState {
         epoch: i32,
         fetched: Instant,
     ) -> Option<Instant> {
-        if !self.metadata.is_multi_broker() {
+        if self.metadata.single_broker() {
             return Some(fetched);
         }
         self.epochs.complete_as_of(topic, partition, epoch, fetched)
@@ -247,6 +259,12 @@ impl ClusterState {
                 }
             }
             Lesson::ClusterId { addr, id } => self.adopt_cluster(addr, id.as_ref()),
+            // A stale broker's list may name brokers long gone.
+            Lesson::Brokers { addr, brokers } => {
+                if !self.epochs.is_stale(addr) {
+                    self.metadata.add_brokers(brokers);
+                }
+            }
             Lesson::Metadata {
                 mut answer,
                 from,
@@ -257,7 +275,10 @@ impl ClusterState {
                 addrs.extend(answer.brokers.iter().cloned());
                 let from_id = addrs.iter().find(|(_, a)| *a == from).map(|(id, _)| *id);
                 match self.epochs.judge(from, from_id, sent, &mut answer, &addrs) {
-                    Judgement::Stale { first, why } => {
+                    Judgement::Stale { first, behind, why } => {
+                        if behind {
+                            self.nodes.renew(from);
+                        }
                         if first {
                             tracing::warn!(broker = from, reason = %why, "a Kafka broker's metadata is behind another broker's (cut off from the controller?); not asking it for metadata, coordinators or confirmations until it catches up");
                             self.stale(from);
@@ -300,6 +321,16 @@ impl ClusterState {
                 }
             }
             Lesson::Confirmed { addr } => self.coordinators.trust(addr),
+            Lesson::Unproven { addr, opened } => {
+                // Once per connection: its other batches are unproven too.
+                if !self.nodes.given_up(addr, opened) {
+                    tracing::info!(
+                        broker = addr,
+                        "a broker's process answered as the coordinator without saying it leads at the epoch another broker names its node leader at (replaced behind its address?); opening new connections to it"
+                    );
+                    self.nodes.renew(addr);
+                }
+            }
             Lesson::BelowHighWater { key, addr } => {
                 self.coordinators.forget(key);
                 self.coordinators.suspect(addr);

@@ -12,6 +12,15 @@
 //! How loud a failure is decided here too: the first of a streak is a
 //! warning, then at most one warning a minute per address unless the reason
 //! changes; the rest are debug.
+//!
+//! Beyond the Java client: a broker whose answer was behind another's
+//! (`state::epochs`) gets new connections. A TCP connection leads to one
+//! process for as long as it lives, and when a broker is replaced behind
+//! its address (a new host or pod registered with the same node id, its
+//! DNS name moved) the old connections still lead to the old process, cut
+//! off and answering from memory; only a new connection reaches the new
+//! one. A broker that is merely behind answers its next probe on a new
+//! connection as it would on the old.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -60,6 +69,9 @@ struct NodeState {
 pub(crate) struct NodeStates {
     backoff: Backoff,
     nodes: Mutex<HashMap<String, NodeState>>,
+    /// Per address, the instant connections opened before it were given up
+    /// (one entry per broker address ever found behind).
+    renewed: Mutex<HashMap<String, Instant>>,
 }
 
 impl NodeStates {
@@ -67,7 +79,21 @@ impl NodeStates {
         NodeStates {
             backoff: Backoff::new(base, max, Jitter::KAFKA),
             nodes: Mutex::default(),
+            renewed: Mutex::default(),
         }
+    }
+
+    /// The connections open to `addr` now are not used again: the next
+    /// request opens a new one (the process behind the address may have
+    /// been replaced; see the module docs).
+    pub(super) fn renew(&self, addr: &str) {
+        lock(&self.renewed).insert(addr.to_owned(), Instant::now());
+    }
+
+    /// True when a connection to `addr` opened at `opened` was given up.
+    pub(crate) fn given_up(&self, addr: &str, opened: Instant) -> bool {
+        let renewed = lock(&self.renewed);
+        !renewed.is_empty() && renewed.get(addr).is_some_and(|at| opened <= *at)
     }
 
     /// An attempt to reach `addr` failed for `reason`; with `back_off`
@@ -172,6 +198,19 @@ mod tests {
         assert_eq!(nodes.failures("a:1"), 0, "an answer forgets the failures");
         assert_eq!(nodes.succeeded("a:1"), None, "nothing left to forget");
         assert_eq!(nodes.blocked("b:1"), None, "other brokers are unaffected");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn connections_opened_before_a_renewal_are_given_up() {
+        let nodes = NodeStates::new(Duration::from_millis(50), Duration::from_secs(1));
+        let old = Instant::now();
+        assert!(!nodes.given_up("a:1", old));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        nodes.renew("a:1");
+        assert!(nodes.given_up("a:1", old));
+        assert!(!nodes.given_up("b:1", old), "per address");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(!nodes.given_up("a:1", Instant::now()), "a new one is used");
     }
 
     #[tokio::test(start_paused = true)]

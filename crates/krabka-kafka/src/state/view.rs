@@ -26,6 +26,9 @@ use crate::config::Broker;
 use crate::error::KafkaError;
 use krabka_coordination::sync::{lock, read, write};
 
+/// The topic whose partition leaders are the transaction coordinators.
+pub(crate) const TRANSACTION_STATE: &str = "__transaction_state";
+
 /// What metadata says of one partition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartitionMeta {
@@ -63,6 +66,45 @@ pub(crate) struct MetadataAnswer {
     pub(crate) brokers: Vec<(i32, String)>,
     /// Topics by name, partitions sorted by index.
     pub(crate) topics: Vec<(String, TopicMeta)>,
+    /// Every node id named as a replica of a partition of these topics:
+    /// a broker fenced in the answering broker's image is not listed, yet
+    /// still holds its replicas.
+    pub(crate) replicas: BTreeSet<i32>,
+}
+
+impl MetadataAnswer {
+    /// What this answer shows of the cluster's size: many when it names
+    /// two nodes (listed or as replicas), one only when it lists one
+    /// broker and answers for `__transaction_state` (its replicas are
+    /// where a coordinator could move; a topic not created yet has no
+    /// coordinator to move), naming no replica elsewhere.
+    fn size(&self) -> Size {
+        let mut nodes: BTreeSet<i32> = self.brokers.iter().map(|(id, _)| *id).collect();
+        nodes.extend(&self.replicas);
+        let coordinators_known = self
+            .topics
+            .iter()
+            .any(|(name, _)| name == TRANSACTION_STATE);
+        match nodes.len() {
+            0 => Size::Unknown,
+            1 if self.brokers.len() == 1 && coordinators_known => Size::One,
+            1 => Size::Unknown,
+            _ => Size::Many,
+        }
+    }
+}
+
+/// What Metadata answers have shown of the cluster's size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Size {
+    /// Nothing yet, or nothing conclusive: as many, a coordinator may move.
+    #[default]
+    Unknown,
+    /// Exactly one broker, which holds every replica of the coordinators'
+    /// topic: a coordinator has nowhere to move to.
+    One,
+    /// Two brokers or more, once seen: for good, until the cluster changes.
+    Many,
 }
 
 #[cfg(test)]
@@ -95,6 +137,7 @@ impl MetadataAnswer {
                         .collect(),
                 },
             )],
+            replicas: BTreeSet::new(),
         }
     }
 }
@@ -104,9 +147,9 @@ struct View {
     brokers: HashMap<i32, String>,
     topics: HashMap<String, (TopicMeta, Instant)>,
     cluster_id: Option<Arc<str>>,
-    /// The most brokers ever listed at once: more than one means
-    /// coordinators can move.
-    most_brokers: usize,
+    /// The cluster's size as answers have shown it: coordinators can move
+    /// unless it is one broker.
+    size: Size,
     /// Topics to ask for at every refresh.
     wanted: BTreeSet<String>,
     /// A refresh was requested since the last one.
@@ -123,7 +166,7 @@ impl View {
             Some(old) if old != id => {
                 self.topics.clear();
                 self.brokers.clear();
-                self.most_brokers = 0;
+                self.size = Size::Unknown;
                 self.stale = true;
                 Some((old.clone(), id.clone()))
             }
@@ -136,9 +179,13 @@ impl View {
     /// Takes in a current answer (its cluster id already adopted, its
     /// leaders never older than known: `state::epochs`).
     fn record(&mut self, answer: MetadataAnswer, now: Instant) {
+        self.size = match (self.size, answer.size()) {
+            (Size::Many, _) | (_, Size::Many) => Size::Many,
+            (Size::One, _) | (_, Size::One) => Size::One,
+            _ => Size::Unknown,
+        };
         if !answer.brokers.is_empty() {
             self.brokers = answer.brokers.into_iter().collect();
-            self.most_brokers = self.most_brokers.max(self.brokers.len());
         }
         let answered: BTreeSet<&str> = answer.topics.iter().map(|(t, _)| t.as_str()).collect();
         // An answer for some topics (a confirmation) is not the refresh.
@@ -180,6 +227,19 @@ impl Metadata {
     /// Takes in a current Metadata answer.
     pub(super) fn record(&self, answer: MetadataAnswer) {
         write(&self.view).record(answer, Instant::now());
+    }
+
+    /// Takes in the brokers a new connection's first answer lists: the ones
+    /// not known are added (a full answer replaces the list), and two or
+    /// more show a cluster that is not one broker.
+    pub(super) fn add_brokers(&self, brokers: Vec<(i32, String)>) {
+        let mut view = write(&self.view);
+        if brokers.len() > 1 {
+            view.size = Size::Many;
+        }
+        for (id, addr) in brokers {
+            view.brokers.entry(id).or_insert(addr);
+        }
     }
 
     /// Marks the view stale: the next routed request refreshes it first.
@@ -262,10 +322,18 @@ impl Metadata {
         }
     }
 
-    /// True once more than one broker was ever listed: a coordinator may
-    /// then move to another broker.
-    pub(crate) fn is_multi_broker(&self) -> bool {
-        read(&self.view).most_brokers > 1
+    /// True only once a Metadata answer has shown a cluster of exactly one
+    /// broker (it listed one, and `__transaction_state` has no replica
+    /// elsewhere) and none has shown more: a coordinator then has nowhere
+    /// to move to, and its answers need no other broker's confirmation.
+    /// Not known yet (a new client, a cluster just replaced) is many.
+    pub(crate) fn single_broker(&self) -> bool {
+        read(&self.view).size == Size::One
+    }
+
+    /// True until a Metadata answer has said how large the cluster is.
+    pub(crate) fn size_unknown(&self) -> bool {
+        read(&self.view).size == Size::Unknown
     }
 
     /// The metadata of `topic` when the view is not stale and it is younger
@@ -303,14 +371,15 @@ mod tests {
         let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
         assert_eq!(metadata.adopt_cluster(Some(&a)), None, "the first id");
         metadata.record(answer("a", &[(0, 1, 7)]));
-        assert!(metadata.is_multi_broker());
+        assert!(!metadata.single_broker());
+        assert!(!metadata.size_unknown());
         assert_eq!(metadata.adopt_cluster(Some(&a)), None);
         assert_eq!(metadata.adopt_cluster(None), None, "no id: nothing said");
         assert_eq!(metadata.adopt_cluster(Some(&b)), Some((a, b.clone())));
         assert_eq!(metadata.cluster_id(), Some(b));
         assert_eq!(metadata.topic("t"), None, "the old cluster's topics");
         assert!(metadata.broker_addrs().is_empty(), "and brokers are gone");
-        assert!(!metadata.is_multi_broker());
+        assert!(metadata.size_unknown(), "and what was known of its size");
     }
 
     #[tokio::test]
@@ -325,6 +394,66 @@ mod tests {
         both.topics.push(("u".into(), both.topics[0].1.clone()));
         metadata.record(both);
         assert!(metadata.fresh_topic("t", AGE).is_some());
+    }
+
+    /// One broker only when an answer shows it holds every replica of the
+    /// coordinators' topic; a broker listing itself alone (the others
+    /// fenced in its image) but naming other replicas is many.
+    #[tokio::test]
+    async fn a_cluster_is_one_broker_only_when_an_answer_shows_it() {
+        let one = |replicas: &[i32], topic: &str| {
+            let mut answer = MetadataAnswer::of_t("a", &[(1, "b:1")], &[(0, 1, 3)]);
+            answer.topics[0].0 = topic.to_owned();
+            answer.replicas = replicas.iter().copied().collect();
+            answer
+        };
+        let metadata = Metadata::default();
+        assert!(
+            metadata.size_unknown() && !metadata.single_broker(),
+            "a new client"
+        );
+        metadata.record(MetadataAnswer::of_t("a", &[(1, "b:1")], &[]));
+        assert!(
+            metadata.size_unknown(),
+            "one listed, the coordinators' topic not reported"
+        );
+        metadata.record(one(&[1], "t"));
+        assert!(
+            metadata.size_unknown(),
+            "another topic says nothing of the coordinators'"
+        );
+        let mut ghost = one(&[1], TRANSACTION_STATE);
+        ghost.replicas.insert(3);
+        ghost.topics[0].1.error = 3;
+        ghost.topics.push(("t".into(), ghost.topics[0].1.clone()));
+        metadata.record(ghost);
+        assert!(
+            !metadata.single_broker(),
+            "a replica of another topic elsewhere"
+        );
+        metadata.record(one(&[1, 2], TRANSACTION_STATE));
+        assert!(
+            !metadata.single_broker() && !metadata.size_unknown(),
+            "a replica elsewhere"
+        );
+        metadata.record(one(&[1], TRANSACTION_STATE));
+        assert!(!metadata.single_broker(), "many once seen stays many");
+
+        let single = Metadata::default();
+        let mut uncreated = one(&[1], TRANSACTION_STATE);
+        uncreated.topics[0].1 = TopicMeta {
+            error: 3,
+            partitions: Vec::new(),
+        };
+        single.record(uncreated);
+        assert!(
+            single.single_broker(),
+            "no coordinator yet: nowhere to move from"
+        );
+        single.record(one(&[1], TRANSACTION_STATE));
+        assert!(single.single_broker());
+        single.record(MetadataAnswer::of_t("a", &[(1, "b:1"), (2, "b:2")], &[]));
+        assert!(!single.single_broker(), "grown");
     }
 
     #[tokio::test]
