@@ -82,6 +82,12 @@ async fn every_verdict_from_tokens_the_leadership_client_minted() {
         again["cached"], true,
         "a superseded token is answered from the cache"
     );
+    assert!(
+        again["current"].is_null(),
+        "the coordinator was not asked: {again}"
+    );
+    assert_eq!(again["supersededBy"]["pair"], newer.to_string());
+    assert_eq!(again["cluster"], body["cluster"]);
     let (status, body, _) = get(&authority(&service, &role, &newer.to_string())).await;
     assert_eq!(
         (status, body["verdict"].as_str()),
@@ -228,13 +234,18 @@ async fn a_batch_check_answers_each_item_in_one_round() {
         .acquire_epoch(&r1, Duration::from_secs(30))
         .await
         .unwrap();
+    let t2_old = minter
+        .acquire_epoch(&r2, Duration::from_secs(30))
+        .await
+        .unwrap();
     let t2 = minter
         .acquire_epoch(&r2, Duration::from_secs(30))
         .await
         .unwrap();
+    assert!(t2.same_producer(&t2_old), "a second mint bumps the epoch");
     let body = serde_json::json!([
         {"role": r1, "token": t1.to_string()},
-        {"role": r2, "token": "0:0"},
+        {"role": r2, "token": t2_old.to_string()},
         {"role": unique("never"), "token": "5:5"},
         {"role": r1, "token": "nope"},
         {"token": "1:1"},

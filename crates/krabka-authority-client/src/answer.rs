@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use krabka_authority_types::{CheckAnswer, FencingToken, Problem, Verdict};
+use krabka_authority_types::{CheckAnswer, FencingToken, Problem, Sighting, Verdict};
 
 /// A verdict with its reason: what the coordinator's current pair was.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -18,17 +18,24 @@ pub struct Decision {
     pub token: FencingToken,
     /// The verdict.
     pub verdict: Verdict,
-    /// The coordinator's current pair; `None` when the role is vacant.
+    /// The coordinator's current pair, asked for this check; `None` when
+    /// the role is vacant, and when the verdict was remembered (by the
+    /// service's cache or this client's memory: nobody asked now).
     pub current: Option<FencingToken>,
-    /// The coordinator's transaction state; `None` when the role is vacant.
+    /// The coordinator's transaction state; `None` where `current` is.
     pub state: Option<String>,
-    /// When the service asked the coordinator (RFC 3339, the service clock).
+    /// For a `superseded` verdict: the pair under which the token is over,
+    /// and when the service saw it current.
+    pub superseded_by: Option<Sighting>,
+    /// When the verdict was reached (RFC 3339, the service clock).
     pub checked_at: String,
     /// The service answered a `superseded` from its own cache.
     pub cached: bool,
     /// This client answered a `superseded` from its local memory, without
     /// a request.
     pub remembered: bool,
+    /// The Kafka cluster the verdict speaks for.
+    pub cluster: String,
 }
 
 impl fmt::Display for Decision {
@@ -38,10 +45,18 @@ impl fmt::Display for Decision {
             "token {} of role {:?} is {}",
             self.token, self.role, self.verdict
         )?;
-        match (self.verdict, self.current) {
-            (Verdict::Authoritative, _) => Ok(()),
-            (_, Some(current)) => write!(f, " (current pair {current})"),
-            (_, None) => f.write_str(" (no current pair)"),
+        match (self.verdict, &self.superseded_by, self.current) {
+            (Verdict::Authoritative, _, _) => Ok(()),
+            (Verdict::Superseded, Some(by), current) => {
+                write!(f, " (by pair {}, seen at {})", by.pair, by.seen_at)?;
+                match current {
+                    Some(current) if current != by.pair => write!(f, "; current pair {current}"),
+                    _ => Ok(()),
+                }
+            }
+            (_, _, Some(current)) => write!(f, " (current pair {current})"),
+            (Verdict::Vacant, _, None) => f.write_str(" (no current pair)"),
+            (_, _, None) => Ok(()),
         }
     }
 }
@@ -160,8 +175,10 @@ pub(crate) fn decision_of(
         verdict: answer.verdict,
         current: answer.current,
         state: answer.state,
+        superseded_by: answer.superseded_by,
         checked_at: answer.checked_at,
         cached: answer.cached,
         remembered: false,
+        cluster: answer.cluster,
     })
 }

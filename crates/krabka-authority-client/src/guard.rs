@@ -298,9 +298,11 @@ fn refused(decision: &Decision) -> Response<GuardBody> {
         "verdict": decision.verdict,
         "current": decision.current,
         "state": decision.state,
+        "supersededBy": decision.superseded_by,
         "checkedAt": decision.checked_at,
         "cached": decision.cached,
         "remembered": decision.remembered,
+        "cluster": decision.cluster,
     });
     json_response(StatusCode::CONFLICT, &body)
 }

@@ -12,17 +12,26 @@
 //!   undecided, never a yes.
 //! - A 503 is retried after its `Retry-After` while the caller's deadline
 //!   leaves room, then surfaces as [`Undecided::Unavailable`].
-//! - A `superseded` verdict never turns back (the pair only grows), so it is
-//!   remembered and answered locally without a request
+//! - A `superseded` verdict on an earlier epoch of the current pair's
+//!   producer id never turns back (a producer id's epoch only grows), so
+//!   it is remembered and answered locally without a request
 //!   ([`Decision::remembered`]). `authoritative` is never remembered: every
-//!   yes comes from a request made for that check.
+//!   yes comes from a request made for that check. Nor is a refusal of a
+//!   token of another producer id: Kafka does not order producer ids (a
+//!   role's next one may be lower or higher).
 //!
-//! The memory of superseded verdicts is bounded by bytes
+//! The memory of superseded verdicts is tied to the Kafka cluster the
+//! service's verdicts name ([`Decision::cluster`]): it answers only while
+//! the service's latest verdict, within
+//! [`AuthorityClientBuilder::superseded_memory_trust`] (10 s by default),
+//! named the same cluster and no check came back undecided since; a
+//! verdict naming another cluster (one rebuilt behind the service, which
+//! mints low pairs again) clears it. It is bounded by bytes
 //! ([`AuthorityClientBuilder::superseded_memory`], 1 MiB by default): an
-//! entry weighs its role's length plus about 240 bytes (200 for the table
-//! slot and the allocations, the rest the instant and state kept), so the
-//! default holds about 4,000 entries of short role names. When full, half
-//! of it is dropped; a dropped verdict only costs a request.
+//! entry weighs its role's length plus about 225 bytes (200 for the table
+//! slot and the allocations, the rest the instant kept), so the default
+//! holds about 4,000 entries of short role names. When full, half of it is
+//! dropped; a dropped verdict only costs a request.
 //!
 //! [`AuthorityGuardLayer`] is a tower layer for HTTP services (axum or any
 //! tower stack) that lets a request through only when its writer's token is
@@ -83,13 +92,16 @@ use tokio::time::Instant;
 
 pub use answer::{Decision, Outcome, Undecided};
 pub use guard::{AuthorityGuard, AuthorityGuardLayer, GuardBody, ROLE_HEADER, TOKEN_HEADER};
-pub use krabka_authority_types::{FencingToken, Problem, TokenError, Verdict};
+pub use krabka_authority_types::{FencingToken, Problem, Sighting, TokenError, Verdict};
 
-use krabka_authority_types::{CheckAnswer, Refusal, validate_role};
+use krabka_authority_types::{CheckAnswer, Refusal, superseded_for_good, validate_role};
 use memory::{Remembered, SupersededMemory};
 
 /// The default bound of the superseded memory, in weighed bytes.
 pub const DEFAULT_SUPERSEDED_MEMORY: u64 = 1 << 20;
+
+/// How long after a verdict naming a cluster the memory answers for it.
+pub const DEFAULT_SUPERSEDED_MEMORY_TRUST: Duration = Duration::from_secs(10);
 /// The shortest wait before retrying a 503, so `Retry-After: 0` cannot spin.
 const MIN_RETRY_WAIT: Duration = Duration::from_millis(50);
 /// The largest body of a single check's answer (two echoes of a role at
@@ -137,6 +149,7 @@ pub struct AuthorityClientBuilder {
     deadline: Duration,
     default_retry_after: Duration,
     superseded_memory: u64,
+    superseded_memory_trust: Duration,
     max_batch_items: usize,
     #[cfg(feature = "tls")]
     ca_certificates: Vec<reqwest::Certificate>,
@@ -152,6 +165,7 @@ impl std::fmt::Debug for AuthorityClientBuilder {
             .field("deadline", &self.deadline)
             .field("default_retry_after", &self.default_retry_after)
             .field("superseded_memory", &self.superseded_memory)
+            .field("superseded_memory_trust", &self.superseded_memory_trust)
             .field("max_batch_items", &self.max_batch_items)
             .finish()
     }
@@ -197,6 +211,15 @@ impl AuthorityClientBuilder {
     /// 4,000 entries of short roles). Zero remembers nothing.
     pub fn superseded_memory(mut self, bytes: u64) -> Self {
         self.superseded_memory = bytes;
+        self
+    }
+
+    /// How long after the service's latest verdict naming a cluster the
+    /// memory answers for that cluster (default 10 s): a cluster rebuilt
+    /// behind the service meanwhile is noticed at the next verdict, or at
+    /// the latest this long after the last one.
+    pub fn superseded_memory_trust(mut self, trust: Duration) -> Self {
+        self.superseded_memory_trust = trust;
         self
     }
 
@@ -248,7 +271,8 @@ impl AuthorityClientBuilder {
         #[cfg(feature = "tls")]
         let http = http.tls_certs_merge(self.ca_certificates.iter().cloned());
         let http = http.build().map_err(ClientError::Http)?;
-        let superseded = SupersededMemory::new(self.superseded_memory);
+        let superseded =
+            SupersededMemory::new(self.superseded_memory, self.superseded_memory_trust);
         Ok(AuthorityClient {
             inner: Arc::new(Inner {
                 http,
@@ -346,6 +370,7 @@ impl AuthorityClient {
             deadline: Duration::from_secs(5),
             default_retry_after: Duration::from_secs(1),
             superseded_memory: DEFAULT_SUPERSEDED_MEMORY,
+            superseded_memory_trust: DEFAULT_SUPERSEDED_MEMORY_TRUST,
             max_batch_items: 1000,
             #[cfg(feature = "tls")]
             ca_certificates: Vec::new(),
@@ -392,15 +417,14 @@ impl AuthorityClient {
             attempts += 1;
             match self.attempt(role, token, remaining).await {
                 Attempt::Done(outcome) => {
-                    if let Outcome::Decided(decision) = &outcome {
-                        self.remember(decision).await;
-                    }
+                    self.learn(&outcome).await;
                     return outcome;
                 }
                 Attempt::Busy {
                     detail,
                     retry_after,
                 } => {
+                    self.inner.superseded.distrust();
                     let wait = self.wait_for(retry_after);
                     if wait >= deadline.saturating_duration_since(Instant::now()) {
                         return Outcome::Undecided(Undecided::Unavailable {
@@ -493,6 +517,7 @@ impl AuthorityClient {
             }
         }
         let mut attempts = 0;
+        let mut decided = false;
         // Items answered 503 so far: (detail, Retry-After) by index.
         let mut busy: Vec<(usize, String, Option<Duration>)> = Vec::new();
         while !pending.is_empty() {
@@ -516,14 +541,18 @@ impl AuthorityClient {
                 for (&i, result) in chunk.iter().zip(answer) {
                     match result {
                         Ok(outcome) => {
-                            if let Outcome::Decided(decision) = &outcome {
-                                self.remember(decision).await;
-                            }
+                            decided |= outcome.decision().is_some();
+                            self.learn(&outcome).await;
                             outcomes[i] = Some(outcome);
                         }
                         Err((detail, retry_after)) => busy.push((i, detail, retry_after)),
                     }
                 }
+            }
+            // 503s and no verdict in the whole call: the cluster may be
+            // going away.
+            if !busy.is_empty() && !decided {
+                self.inner.superseded.distrust();
             }
             pending = busy.iter().map(|(i, _, _)| *i).collect();
             if pending.is_empty() {
@@ -675,32 +704,50 @@ impl AuthorityClient {
     }
 
     async fn recall(&self, role: &str, token: FencingToken) -> Option<Decision> {
-        let seen = self.inner.superseded.get(role, token)?;
+        let (seen, cluster) = self.inner.superseded.get(role, token)?;
         Some(Decision {
             role: role.to_owned(),
             token,
             verdict: Verdict::Superseded,
-            current: Some(seen.current),
-            state: seen.state,
-            checked_at: seen.checked_at,
+            current: None,
+            state: None,
+            superseded_by: Some(Sighting {
+                pair: seen.by,
+                seen_at: seen.seen_at.clone(),
+            }),
+            checked_at: seen.seen_at,
             cached: false,
             remembered: true,
+            cluster,
         })
     }
 
-    /// Keeps a superseded verdict; every other verdict can change.
-    async fn remember(&self, decision: &Decision) {
-        if let (Verdict::Superseded, Some(current), false) =
-            (decision.verdict, decision.current, decision.remembered)
+    /// Learns from an outcome the service gave: the cluster a verdict
+    /// speaks for, a superseded verdict that holds for good; an undecided
+    /// check distrusts the memory until the next verdict.
+    async fn learn(&self, outcome: &Outcome) {
+        let memory = &self.inner.superseded;
+        let decision = match outcome {
+            Outcome::Decided(decision) if !decision.remembered => decision,
+            Outcome::Undecided(_) => return memory.distrust(),
+            _ => return,
+        };
+        memory.named(&decision.cluster);
+        if let Some(by) = decision
+            .superseded_by
+            .as_ref()
+            .filter(|by| superseded_for_good(decision.token, by.pair))
         {
             let seen = Remembered {
-                current,
-                state: decision.state.clone(),
-                checked_at: decision.checked_at.clone(),
+                by: by.pair,
+                seen_at: by.seen_at.clone(),
             };
-            self.inner
-                .superseded
-                .insert(decision.role.clone(), decision.token, seen);
+            memory.insert(
+                &decision.cluster,
+                decision.role.clone(),
+                decision.token,
+                seen,
+            );
         }
     }
 }

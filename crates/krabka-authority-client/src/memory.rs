@@ -1,6 +1,17 @@
-//! The client's memory of superseded verdicts: a token found superseded
-//! never turns current again (a transactional id's pair only grows), so the
-//! verdict is answered locally from then on. `authoritative` is never kept.
+//! The client's memory of superseded verdicts: a token under the current
+//! pair's producer id with an earlier epoch is never current again (a
+//! producer id's epoch only grows), so the verdict is answered locally
+//! from then on. `authoritative` is never kept, nor a refusal of a token
+//! of another producer id (Kafka does not order producer ids).
+//!
+//! Tied to a cluster: each verdict names the Kafka cluster it speaks for,
+//! and a cluster rebuilt behind the same addresses mints low pairs again
+//! (0:0, 0:1), so a verdict of one cluster says nothing of another. The
+//! memory keeps the verdicts of the cluster the service named last, and
+//! answers only while that is recent: the service's latest verdict named
+//! the same cluster within the trust window, and no check since came back
+//! undecided (a 503 is what a cluster going away looks like). A verdict
+//! naming another cluster clears it.
 //!
 //! Bounded by bytes, counting each entry's strings and a fixed overhead for
 //! the rest (the table slot, the allocations' headers). When an insert
@@ -10,48 +21,54 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use krabka_authority_types::FencingToken;
 
 /// What an entry weighs besides its strings: the key and value structs in
 /// the table (about 100 bytes with the control byte) and the allocator's
-/// headers of its three strings, rounded up.
+/// headers of its strings, rounded up.
 pub(crate) const ENTRY_OVERHEAD: u64 = 200;
 
-/// A superseded verdict as remembered: what the service said when it found
-/// the token superseded.
+/// A superseded verdict as remembered: the pair that superseded the token
+/// and when the service saw it.
 #[derive(Clone, Debug)]
 pub(crate) struct Remembered {
-    pub(crate) current: FencingToken,
-    pub(crate) state: Option<String>,
-    pub(crate) checked_at: String,
+    pub(crate) by: FencingToken,
+    pub(crate) seen_at: String,
 }
 
 type Key = (String, FencingToken);
 
 fn weight(key: &Key, seen: &Remembered) -> u64 {
-    let strings = key.0.len() + seen.checked_at.len() + seen.state.as_ref().map_or(0, String::len);
+    let strings = key.0.len() + seen.seen_at.len();
     ENTRY_OVERHEAD + strings as u64
 }
 
 #[derive(Debug, Default)]
 struct Table {
+    /// The cluster the entries speak for, and when a verdict last named it
+    /// (`None` for the instant: distrusted until the next verdict).
+    cluster: Option<(String, Option<Instant>)>,
     entries: HashMap<Key, Remembered>,
     bytes: u64,
 }
 
-/// Superseded verdicts by (role, token), at most `max_bytes` as weighed.
+/// Superseded verdicts by (role, token) of one cluster, at most
+/// `max_bytes` as weighed, answered within `trust` of a verdict naming it.
 #[derive(Debug)]
 pub(crate) struct SupersededMemory {
     table: Mutex<Table>,
     max_bytes: u64,
+    trust: Duration,
 }
 
 impl SupersededMemory {
-    pub(crate) fn new(max_bytes: u64) -> SupersededMemory {
+    pub(crate) fn new(max_bytes: u64, trust: Duration) -> SupersededMemory {
         SupersededMemory {
             table: Mutex::default(),
             max_bytes,
+            trust,
         }
     }
 
@@ -59,24 +76,69 @@ impl SupersededMemory {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn get(&self, role: &str, token: FencingToken) -> Option<Remembered> {
+    /// The remembered verdict on `token` of `role` and its cluster, while
+    /// the memory is trusted.
+    pub(crate) fn get(&self, role: &str, token: FencingToken) -> Option<(Remembered, String)> {
+        let table = self.table();
+        let (cluster, named) = table.cluster.as_ref()?;
+        if named.is_none_or(|at| at.elapsed() > self.trust) {
+            return None;
+        }
         // The key is built only to look up; roles are short in practice.
-        self.table().entries.get(&(role.to_owned(), token)).cloned()
+        let seen = table.entries.get(&(role.to_owned(), token))?.clone();
+        Some((seen, cluster.clone()))
     }
 
-    pub(crate) fn insert(&self, role: String, token: FencingToken, seen: Remembered) {
+    /// The service reached a verdict that speaks for `cluster`: another
+    /// cluster's verdicts are forgotten, this one's trusted from now.
+    pub(crate) fn named(&self, cluster: &str) {
+        let mut table = self.table();
+        match &mut table.cluster {
+            Some((known, at)) if known == cluster => *at = Some(Instant::now()),
+            _ => {
+                table.entries.clear();
+                table.bytes = 0;
+                table.cluster = Some((cluster.to_owned(), Some(Instant::now())));
+            }
+        }
+    }
+
+    /// A check came back undecided: nothing is answered from memory until
+    /// the service names its cluster again.
+    pub(crate) fn distrust(&self) {
+        if let Some((_, at)) = &mut self.table().cluster {
+            *at = None;
+        }
+    }
+
+    /// Remembers a verdict of `cluster` (the one named last; another's is
+    /// not kept).
+    pub(crate) fn insert(
+        &self,
+        cluster: &str,
+        role: String,
+        token: FencingToken,
+        seen: Remembered,
+    ) {
         let key = (role, token);
         let cost = weight(&key, &seen);
         if cost > self.max_bytes {
             return;
         }
         let mut table = self.table();
+        if table
+            .cluster
+            .as_ref()
+            .is_none_or(|(known, _)| known != cluster)
+        {
+            return;
+        }
         if let Some(old) = table.entries.remove(&key) {
             table.bytes -= weight(&key, &old);
         }
         if table.bytes + cost > self.max_bytes {
             let target = self.max_bytes / 2;
-            let Table { entries, bytes } = &mut *table;
+            let Table { entries, bytes, .. } = &mut *table;
             entries.retain(|k, v| {
                 if *bytes + cost <= target {
                     return true;
@@ -100,22 +162,24 @@ impl SupersededMemory {
 mod tests {
     use super::*;
 
+    const TRUST: Duration = Duration::from_secs(10);
+
     fn seen() -> Remembered {
         Remembered {
-            current: FencingToken::new(1, 1).expect("a token"),
-            state: Some("CompleteCommit".into()),
-            checked_at: "2026-12-01T00:00:00.000Z".into(),
+            by: FencingToken::new(1, 1).expect("a token"),
+            seen_at: "2026-12-01T00:00:00.000Z".into(),
         }
     }
 
     #[test]
     fn the_weight_never_passes_the_bound_and_half_is_freed_when_full() {
         let bound = 10_000;
-        let memory = SupersededMemory::new(bound);
+        let memory = SupersededMemory::new(bound, TRUST);
+        memory.named("c");
         let token = FencingToken::new(1, 0).expect("a token");
         let mut most = 0;
         for i in 0..1_000 {
-            memory.insert(format!("{i:0>100}"), token, seen());
+            memory.insert("c", format!("{i:0>100}"), token, seen());
             let (entries, bytes) = memory.usage();
             assert!(bytes <= bound, "{bytes} > {bound}");
             most = most.max(entries);
@@ -132,13 +196,43 @@ mod tests {
 
     #[test]
     fn an_entry_over_the_whole_bound_is_not_kept_and_a_repeat_is_counted_once() {
-        let memory = SupersededMemory::new(1_000);
+        let memory = SupersededMemory::new(1_000, TRUST);
+        memory.named("c");
         let token = FencingToken::new(1, 0).expect("a token");
-        memory.insert("r".repeat(2_000), token, seen());
+        memory.insert("c", "r".repeat(2_000), token, seen());
         assert_eq!(memory.usage(), (0, 0));
-        memory.insert("orders".into(), token, seen());
+        memory.insert("c", "orders".into(), token, seen());
         let once = memory.usage();
-        memory.insert("orders".into(), token, seen());
+        memory.insert("c", "orders".into(), token, seen());
         assert_eq!(memory.usage(), once);
+    }
+
+    /// Issue 44 (5): a cluster rebuilt behind the service's addresses
+    /// mints 0:0 again; the old cluster's "0:0 is superseded" must not
+    /// refuse it.
+    #[test]
+    fn verdicts_answer_only_for_the_cluster_named_last_and_lately() {
+        let memory = SupersededMemory::new(10_000, Duration::from_millis(50));
+        let token = FencingToken::new(0, 0).expect("a token");
+        memory.insert("a", "r".into(), token, seen());
+        assert_eq!(memory.usage().0, 0, "no cluster named yet: nothing kept");
+        memory.named("a");
+        memory.insert("a", "r".into(), token, seen());
+        assert_eq!(memory.get("r", token).map(|(_, c)| c).as_deref(), Some("a"));
+        memory.distrust();
+        assert!(memory.get("r", token).is_none(), "undecided since");
+        memory.named("a");
+        assert!(memory.get("r", token).is_some(), "named again");
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(memory.get("r", token).is_none(), "not named lately");
+        memory.named("b");
+        assert_eq!(memory.usage().0, 0, "another cluster: forgotten");
+        assert!(memory.get("r", token).is_none());
+        memory.insert("a", "r".into(), token, seen());
+        assert_eq!(
+            memory.usage().0,
+            0,
+            "a late verdict of the old cluster is not kept"
+        );
     }
 }

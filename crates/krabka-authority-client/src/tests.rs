@@ -19,12 +19,14 @@ fn t(text: &str) -> FencingToken {
     text.parse().expect("a token")
 }
 
-/// A verdict body as the service writes it.
+/// A verdict body as the service writes it, of cluster "c1".
 fn answer(role: &str, token: &str, verdict: &str, current: Option<&str>) -> Value {
+    let by = (verdict == "superseded")
+        .then(|| json!({"pair": current, "seenAt": "2026-11-30T03:05:42.291Z"}));
     json!({
         "role": role, "token": token, "verdict": verdict, "current": current,
-        "state": current.map(|_| "CompleteCommit"),
-        "checkedAt": "2026-11-30T03:05:42.291Z", "cached": false,
+        "state": current.map(|_| "CompleteCommit"), "supersededBy": by,
+        "checkedAt": "2026-11-30T03:05:42.291Z", "cached": false, "cluster": "c1",
     })
 }
 
@@ -121,8 +123,16 @@ async fn a_409_superseded_is_remembered_and_answered_without_a_request() {
     let remembered = again.decision().expect("a decision");
     assert!(remembered.remembered, "{again:?}");
     assert_eq!(remembered.verdict, Verdict::Superseded);
-    assert_eq!(remembered.current, Some(t("1:1")));
-    assert_eq!(remembered.checked_at, decision.checked_at);
+    assert_eq!(remembered.current, None, "nobody asked the coordinator now");
+    assert_eq!(
+        remembered.superseded_by.as_ref().map(|s| s.pair),
+        Some(t("1:1"))
+    );
+    assert_eq!(remembered.cluster, "c1");
+    assert_eq!(
+        remembered.to_string(),
+        "token 1:0 of role \"orders\" is superseded (by pair 1:1, seen at 2026-11-30T03:05:42.291Z)"
+    );
     // Clones share the memory; a batch uses it too.
     let batch = client.clone().check_batch(&[("orders", t("1:0"))]).await;
     assert!(batch[0].decision().is_some_and(|d| d.remembered));
@@ -132,6 +142,93 @@ async fn a_409_superseded_is_remembered_and_answered_without_a_request() {
     let other = client.check("billing", t("1:0")).await;
     assert!(!other.decision().expect("a decision").remembered);
     assert_eq!(hits.load(Ordering::SeqCst), 2);
+}
+
+/// Issue 44 (5): the cluster behind the service is rebuilt (a new cluster
+/// id) and mints 0:0 again, which the old one had superseded. The client
+/// must not refuse it from the old cluster's memory: a verdict naming
+/// another cluster clears it, a 503 (what a cluster going away looks like)
+/// suspends it, and it answers only within its trust window.
+#[tokio::test]
+async fn the_memory_of_one_cluster_never_refuses_a_token_of_another() {
+    // 0: cluster a, where 0:0 is superseded by 0:1; 1: unavailable; 2:
+    // cluster b, where 0:0 is current.
+    let phase = Arc::new(AtomicUsize::new(0));
+    let hits = Arc::new(AtomicUsize::new(0));
+    let router = {
+        let (phase, hits) = (phase.clone(), hits.clone());
+        Router::new().route(
+            "/roles/{role}/authority",
+            get(
+                move |Path(role): Path<String>, Query(q): Query<TokenQuery>| {
+                    let (phase, hits) = (phase.clone(), hits.clone());
+                    async move {
+                        hits.fetch_add(1, Ordering::SeqCst);
+                        match (phase.load(Ordering::SeqCst), q.token.as_str()) {
+                            (0, "0:0") => {
+                                reply(409, answer(&role, "0:0", "superseded", Some("0:1")))
+                            }
+                            (0, token) => reply(409, answer(&role, token, "vacant", None)),
+                            (1, _) => unavailable("0"),
+                            (_, token) => {
+                                let mut body = answer(&role, token, "authoritative", Some(token));
+                                body["cluster"] = json!("c2");
+                                reply(200, body)
+                            }
+                        }
+                    }
+                },
+            ),
+        )
+    };
+    let url = serve(router).await;
+    let client = AuthorityClient::builder(&url)
+        .deadline(Duration::from_millis(300))
+        .default_retry_after(Duration::from_millis(100))
+        .superseded_memory_trust(Duration::from_millis(400))
+        .build()
+        .expect("a client");
+    let remembered = |outcome: &Outcome| outcome.decision().is_some_and(|d| d.remembered);
+    assert!(!remembered(&client.check("orders", t("0:0")).await));
+    assert!(
+        remembered(&client.check("orders", t("0:0")).await),
+        "cluster a: remembered"
+    );
+
+    // Going away: a 503 suspends the memory.
+    phase.store(1, Ordering::SeqCst);
+    assert!(client.check("other", t("1:1")).await.decision().is_none());
+    let gap = client.check("orders", t("0:0")).await;
+    assert!(gap.decision().is_none(), "asked, not remembered: {gap}");
+    // Cluster b answers: its verdicts are the only ones.
+    phase.store(2, Ordering::SeqCst);
+    let current = client.check("orders", t("0:0")).await;
+    assert!(current.is_authoritative(), "{current}");
+    assert_eq!(current.decision().map(|d| d.cluster.as_str()), Some("c2"));
+    assert_eq!(
+        client.superseded_memory_usage().0,
+        0,
+        "cluster a's verdicts forgotten"
+    );
+
+    // Without any 503: another cluster's verdict clears the memory at
+    // once, and a quiet client stops trusting it after the window.
+    phase.store(0, Ordering::SeqCst);
+    client.check("orders", t("0:0")).await;
+    assert!(remembered(&client.check("orders", t("0:0")).await));
+    phase.store(2, Ordering::SeqCst);
+    assert!(client.check("other", t("1:1")).await.is_authoritative());
+    assert!(client.check("orders", t("0:0")).await.is_authoritative());
+    phase.store(0, Ordering::SeqCst);
+    client.check("orders", t("0:0")).await;
+    let before = hits.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    phase.store(2, Ordering::SeqCst);
+    assert!(
+        client.check("orders", t("0:0")).await.is_authoritative(),
+        "asked after the window"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), before + 1);
 }
 
 #[tokio::test]

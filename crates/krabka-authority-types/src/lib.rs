@@ -13,8 +13,8 @@
 //!
 //! let current: FencingToken = "4000:8".parse()?;
 //! let writer: FencingToken = "4000:7".parse()?;
-//! assert_eq!(verdict(writer, Some(current)), Verdict::Superseded);
-//! assert_eq!(verdict(current, Some(current)), Verdict::Authoritative);
+//! assert_eq!(verdict(writer, Some(current), false), Verdict::Superseded);
+//! assert_eq!(verdict(current, Some(current), false), Verdict::Authoritative);
 //! # Ok::<(), krabka_authority_types::TokenError>(())
 //! ```
 
@@ -27,5 +27,5 @@ mod wire;
 pub use input::{MAX_ROLE_BYTES, TOKEN_FORM, parse_token, validate_role};
 pub use problem::{PROBLEM_BASE, PROBLEM_JSON, Problem};
 pub use token::{FencingToken, TokenError, TokenPart};
-pub use verdict::{Verdict, verdict};
-pub use wire::{BatchItem, BatchOutcome, CheckAnswer, Refusal};
+pub use verdict::{Verdict, superseded_for_good, verdict};
+pub use wire::{BatchItem, BatchOutcome, CheckAnswer, Refusal, Sighting};

@@ -106,9 +106,34 @@ impl FencingToken {
         *self != Self::NO_EPOCH
     }
 
-    /// True when this token ranks strictly above `other`.
+    /// True when this token ranks strictly above `other`, in the seed's
+    /// order (producer id, then epoch), which the Go and Java ports share.
+    ///
+    /// Kafka itself orders only the epochs of one producer id: producer ids
+    /// come from per-broker blocks (`ProducerIdsBlock`), and a role's id
+    /// changes when its transactional id expires or its epoch runs out, to
+    /// whatever the coordinator of the day draws, lower as often as higher.
+    /// So a service does not conclude from this order across producer ids:
+    /// [`crate::verdict`] and [`FencingToken::same_producer`] say what it does.
     pub fn supersedes(&self, other: &FencingToken) -> bool {
         self > other
+    }
+
+    /// True when both tokens were minted under one producer id, the only
+    /// pairs whose order Kafka makes (by epoch).
+    pub fn same_producer(&self, other: &FencingToken) -> bool {
+        self.producer_id == other.producer_id
+    }
+
+    /// True when a role's pair may have moved from `earlier` to this one:
+    /// a later epoch of the same producer id, or another producer id (whose
+    /// order Kafka does not make).
+    pub fn moved_on_from(&self, earlier: &FencingToken) -> bool {
+        if self.same_producer(earlier) {
+            self.producer_epoch > earlier.producer_epoch
+        } else {
+            true
+        }
     }
 }
 

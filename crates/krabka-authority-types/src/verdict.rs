@@ -55,15 +55,35 @@ impl std::fmt::Display for Verdict {
 }
 
 /// Judges `token` against the coordinator's current pair (`None`: no
-/// member holds the role). Only the exact current pair is authoritative;
-/// an unminted token never is.
-pub fn verdict(token: FencingToken, current: Option<FencingToken>) -> Verdict {
+/// member holds the role), in the order Kafka makes: only the exact
+/// current pair is authoritative (an unminted token never is); under the
+/// current pair's producer id an earlier epoch is `superseded` and a later
+/// one `unknown`. Pairs of different producer ids are not ordered (see
+/// [`FencingToken::supersedes`]): such a token is `superseded` when
+/// `retired`, that is when the role was seen to hold its producer id
+/// before (a producer id never comes back to a role once it left it), and
+/// `unknown` otherwise.
+pub fn verdict(token: FencingToken, current: Option<FencingToken>, retired: bool) -> Verdict {
     match current {
         None => Verdict::Vacant,
         Some(current) if current == token && token.minted() => Verdict::Authoritative,
-        Some(current) if current.supersedes(&token) => Verdict::Superseded,
+        Some(current) if current.same_producer(&token) => {
+            if token.producer_epoch() < current.producer_epoch() {
+                Verdict::Superseded
+            } else {
+                Verdict::Unknown
+            }
+        }
+        Some(_) if retired => Verdict::Superseded,
         Some(_) => Verdict::Unknown,
     }
+}
+
+/// True when `token` can never be `current`'s role's pair again, whatever
+/// happens: an earlier epoch of the current producer id (a producer id's
+/// epoch only grows). Only such a refusal may be remembered.
+pub fn superseded_for_good(token: FencingToken, current: FencingToken) -> bool {
+    current.same_producer(&token) && token.producer_epoch() < current.producer_epoch()
 }
 
 #[cfg(test)]
@@ -77,20 +97,36 @@ mod tests {
     #[test]
     fn exact_comparison_against_the_current_pair() {
         let current = Some(t(7, 3));
-        assert_eq!(verdict(t(7, 3), current), Verdict::Authoritative);
-        assert_eq!(verdict(t(7, 2), current), Verdict::Superseded);
-        assert_eq!(verdict(t(6, 9000), current), Verdict::Superseded);
-        assert_eq!(verdict(t(7, 4), current), Verdict::Unknown);
-        assert_eq!(verdict(t(8, 0), current), Verdict::Unknown);
+        for retired in [false, true] {
+            assert_eq!(verdict(t(7, 3), current, retired), Verdict::Authoritative);
+            assert_eq!(verdict(t(7, 2), current, retired), Verdict::Superseded);
+            assert_eq!(verdict(t(7, 4), current, retired), Verdict::Unknown);
+        }
+        assert!(superseded_for_good(t(7, 2), t(7, 3)));
+        assert!(!superseded_for_good(t(7, 3), t(7, 3)));
+        assert!(!superseded_for_good(t(7, 4), t(7, 3)));
     }
 
+    /// Producer ids come from per-broker blocks: a role's next id may be
+    /// lower or higher. Another id's pair is over only where the role was
+    /// seen to hold that id; either way, never for good by order.
     #[test]
-    fn a_rotated_producer_id_supersedes_the_exhausted_epoch() {
-        assert_eq!(verdict(t(7, i16::MAX), Some(t(8, 0))), Verdict::Superseded);
+    fn pairs_of_other_producer_ids_are_not_ordered() {
+        let current = Some(t(1, 0));
+        assert_eq!(verdict(t(1001, 5), current, true), Verdict::Superseded);
+        assert_eq!(verdict(t(1001, 5), current, false), Verdict::Unknown);
+        assert_eq!(verdict(t(0, 9), current, false), Verdict::Unknown);
+        assert_eq!(
+            verdict(t(7, i16::MAX), Some(t(8, 0)), true),
+            Verdict::Superseded
+        );
+        assert!(!superseded_for_good(t(1001, 5), t(1, 0)));
+        assert!(!superseded_for_good(t(0, 9), t(1, 0)));
+        assert!(t(1001, 5).supersedes(&t(1, 0)), "the seed's order stays");
     }
 
     #[test]
     fn no_holder_is_vacant() {
-        assert_eq!(verdict(t(1, 1), None), Verdict::Vacant);
+        assert_eq!(verdict(t(1, 1), None, true), Verdict::Vacant);
     }
 }

@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{FencingToken, Problem, Verdict, verdict};
+use crate::{FencingToken, Problem, Verdict};
 
 /// The answer to one check that reached a verdict.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,24 +22,47 @@ pub struct CheckAnswer<At = String> {
     pub token: FencingToken,
     /// The verdict.
     pub verdict: Verdict,
-    /// The coordinator's current pair; `null` when nobody holds the role.
+    /// The coordinator's current pair, as asked for this answer; `null`
+    /// when nobody holds the role, and when the verdict came from the
+    /// service's cache (the coordinator was not asked: the service does not
+    /// know the pair now).
     pub current: Option<FencingToken>,
-    /// The coordinator's transaction state; `null` when nobody holds the role.
+    /// The coordinator's transaction state, as asked for this answer;
+    /// `null` where `current` is.
     pub state: Option<String>,
-    /// When the coordinator was asked (RFC 3339).
+    /// For a `superseded` verdict: the pair the service saw current, under
+    /// which the token is over, and when (for a cached verdict, those of
+    /// the check that found it); `null` for every other verdict.
+    pub superseded_by: Option<Sighting<At>>,
+    /// When the verdict was reached (RFC 3339): the coordinator asked, or
+    /// the cache read.
     pub checked_at: At,
-    /// True when a `superseded` verdict came from the service's cache
-    /// (then `current` and `checkedAt` are those of the check that found
-    /// it superseded).
+    /// True when a `superseded` verdict came from the service's cache.
     pub cached: bool,
+    /// The id of the Kafka cluster the answer speaks for: pairs of another
+    /// cluster (one rebuilt behind the same addresses) say nothing of it.
+    pub cluster: String,
+}
+
+/// A pair and when it was seen current.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sighting<At = String> {
+    /// The pair.
+    pub pair: FencingToken,
+    /// When the coordinator answered it (RFC 3339).
+    pub seen_at: At,
 }
 
 impl<At> CheckAnswer<At> {
     /// Why this body cannot be the answer to `(role, token)` sent with HTTP
     /// `status`, if it cannot: it answers another question, or its status,
-    /// verdict and current pair disagree by the rules of [`verdict`] and
-    /// [`Verdict::status`], or it claims a cache only `superseded` may come
-    /// from. Such a body proves nothing, least of all a yes.
+    /// verdict, current pair and superseding pair disagree by the rules of
+    /// [`crate::verdict`] and [`Verdict::status`] (a client cannot know
+    /// which producer ids a role held, so a token of another producer id
+    /// than the pair may be `superseded` or `unknown`), or it claims a cache
+    /// only `superseded` may come from, or names no cluster. Such a body
+    /// proves nothing, least of all a yes.
     pub fn contradiction(&self, role: &str, token: FencingToken, status: u16) -> Option<String> {
         if self.role != role {
             return Some(format!("answers role {:?}, not {role:?}", self.role));
@@ -50,20 +73,48 @@ impl<At> CheckAnswer<At> {
         if status != self.verdict.status() {
             return Some(format!("verdict {} came with HTTP {status}", self.verdict));
         }
-        if self.current.is_some_and(|c| !c.minted()) {
-            return Some("the current pair is no minted token".into());
+        if self.cluster.is_empty() {
+            return Some("it names no cluster".into());
         }
-        let expected = verdict(token, self.current);
-        if expected != self.verdict {
+        let pairs = [self.current, self.superseded_by.as_ref().map(|s| s.pair)];
+        if pairs.iter().flatten().any(|c| !c.minted()) {
+            return Some("a pair is no minted token".into());
+        }
+        if self.cached && (self.verdict != Verdict::Superseded || self.current.is_some()) {
             return Some(format!(
-                "verdict {} contradicts the current pair {:?}, which gives {expected}",
+                "a {} verdict from a cache, with current pair {:?}",
                 self.verdict, self.current
             ));
         }
-        if self.cached && self.verdict != Verdict::Superseded {
-            return Some(format!("a {} verdict from a cache", self.verdict));
+        if (self.verdict == Verdict::Superseded) != self.superseded_by.is_some() {
+            return Some(format!(
+                "verdict {} with superseding pair {:?}",
+                self.verdict,
+                self.superseded_by.as_ref().map(|s| s.pair)
+            ));
         }
-        None
+        let fits = match (self.verdict, self.current) {
+            (Verdict::Authoritative, Some(current)) => current == token,
+            (Verdict::Vacant, current) => current.is_none() && !self.cached,
+            (Verdict::Superseded, current) => self.superseded_by.as_ref().is_some_and(|s| {
+                s.pair != token
+                    && (!s.pair.same_producer(&token)
+                        || token.producer_epoch() < s.pair.producer_epoch())
+                    && (self.cached || current == Some(s.pair))
+            }),
+            (Verdict::Unknown, Some(current)) => {
+                current != token
+                    && (!current.same_producer(&token)
+                        || token.producer_epoch() > current.producer_epoch())
+            }
+            (Verdict::Authoritative | Verdict::Unknown, None) => false,
+        };
+        (!fits).then(|| {
+            format!(
+                "verdict {} contradicts the current pair {:?}",
+                self.verdict, self.current
+            )
+        })
     }
 }
 
@@ -108,26 +159,56 @@ mod tests {
         text.parse().unwrap()
     }
 
+    /// An answer for token 4:2: `current` as asked now (none when
+    /// `cached`), and for a `superseded` verdict the pair `by` it.
     fn answer(verdict: Verdict, current: Option<&str>, cached: bool) -> CheckAnswer {
+        answer_by(verdict, current, cached, None)
+    }
+
+    fn answer_by(
+        verdict: Verdict,
+        current: Option<&str>,
+        cached: bool,
+        by: Option<&str>,
+    ) -> CheckAnswer {
+        let current = (!cached).then(|| current.map(t)).flatten();
+        let by = by.or((verdict == Verdict::Superseded).then_some("4:3"));
         CheckAnswer {
             role: "orders".into(),
             token: t("4:2"),
             verdict,
-            current: current.map(t),
+            current,
             state: current.map(|_| "Ongoing".into()),
+            superseded_by: by.map(|pair| Sighting {
+                pair: t(pair),
+                seen_at: "2026-12-01T00:00:00.000Z".into(),
+            }),
             checked_at: "2026-12-02T00:00:00.000Z".into(),
             cached,
+            cluster: "c1".into(),
         }
     }
 
     #[test]
     fn only_an_answer_that_keeps_every_rule_is_no_contradiction() {
         let token = t("4:2");
+        let other_id = |verdict| {
+            let mut body = answer_by(verdict, Some("1:0"), false, None);
+            body.superseded_by = (verdict == Verdict::Superseded).then(|| Sighting {
+                pair: t("1:0"),
+                seen_at: "2026-12-01T00:00:00.000Z".into(),
+            });
+            body
+        };
         for (body, status) in [
             (answer(Verdict::Authoritative, Some("4:2"), false), 200),
             (answer(Verdict::Superseded, Some("4:3"), true), 409),
+            (answer(Verdict::Superseded, Some("4:3"), false), 409),
             (answer(Verdict::Unknown, Some("4:1"), false), 409),
             (answer(Verdict::Vacant, None, false), 409),
+            // Another producer id: either refusal, as the service knows.
+            (other_id(Verdict::Superseded), 409),
+            (other_id(Verdict::Unknown), 409),
         ] {
             assert_eq!(
                 body.contradiction("orders", token, status),
@@ -135,13 +216,29 @@ mod tests {
                 "{body:?}"
             );
         }
+        let mut not_now = answer(Verdict::Superseded, Some("4:3"), false);
+        not_now.current = Some(t("4:4"));
+        let mut cached_now = answer(Verdict::Superseded, None, true);
+        cached_now.current = Some(t("4:3"));
+        let mut nameless = answer(Verdict::Authoritative, Some("4:2"), false);
+        nameless.cluster.clear();
         for (body, status) in [
             (answer(Verdict::Authoritative, Some("4:2"), false), 409),
             (answer(Verdict::Authoritative, Some("4:3"), false), 200),
             (answer(Verdict::Authoritative, Some("4:2"), true), 200),
-            (answer(Verdict::Superseded, Some("4:1"), false), 409),
+            (
+                answer_by(Verdict::Superseded, Some("4:1"), false, Some("4:1")),
+                409,
+            ),
             (answer(Verdict::Vacant, Some("4:2"), false), 409),
             (answer(Verdict::Unknown, Some("4:3"), false), 409),
+            (
+                answer_by(Verdict::Unknown, Some("4:1"), false, Some("4:3")),
+                409,
+            ),
+            (not_now, 409),
+            (cached_now, 409),
+            (nameless, 200),
         ] {
             assert!(
                 body.contradiction("orders", token, status).is_some(),
@@ -163,6 +260,9 @@ mod tests {
         assert_eq!(json["status"], 409);
         assert_eq!(json["verdict"], "superseded");
         assert_eq!(json["checkedAt"], "2026-12-02T00:00:00.000Z");
+        assert_eq!(json["supersededBy"]["pair"], "4:3");
+        assert_eq!(json["supersededBy"]["seenAt"], "2026-12-01T00:00:00.000Z");
+        assert_eq!(json["cluster"], "c1");
         assert_eq!(serde_json::from_value::<BatchItem>(json).unwrap(), item);
 
         let refused = BatchItem::<String> {

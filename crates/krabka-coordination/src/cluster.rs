@@ -95,14 +95,17 @@ pub struct TlsStatus {
     pub refused: u64,
 }
 
-/// The lowest pair an answer may carry for a role: the highest seen so far.
-pub type Floor<'a> = &'a (dyn Fn(&str) -> Option<FencingToken> + Sync);
+/// The lowest epoch an answer may carry for a role under a producer id:
+/// the highest seen so far under that id (Kafka orders the epochs of one
+/// producer id, and nothing across producer ids).
+pub type Floor<'a> = &'a (dyn Fn(&str, i64) -> Option<i16> + Sync);
 
 /// What the service asks of a cluster.
 pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {
     /// The current pair of each role, from requests sent after this call
-    /// began, retried until `deadline`. An answer below `floor(role)` comes
-    /// from a stale coordinator: it is asked again, never returned.
+    /// began, retried until `deadline`. An answer with an epoch below
+    /// `floor(role, its producer id)` comes from a stale coordinator: it is
+    /// asked again, never returned.
     fn describe<'a>(
         &'a self,
         roles: &'a [String],
@@ -163,6 +166,11 @@ pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {
     /// meanwhile). Cached answers are tied to it and used only while it is
     /// `Some`.
     fn cluster_id(&self) -> Option<std::sync::Arc<str>>;
+
+    /// How many times the cluster id changed (another cluster answered
+    /// behind the addresses): an answer begun under one count and ended
+    /// under another may speak for either cluster.
+    fn cluster_changes(&self) -> u64;
 
     /// The TLS material of broker connections, after a look at its files
     /// (a changed file is taken in, or refused and said); `None` without

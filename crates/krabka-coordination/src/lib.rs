@@ -42,7 +42,9 @@ pub use state::{Applied, Change, LogRecord, Malformed, Member, PartitionState, R
 pub use succession::{Decision, SuccessionConfig, challenge_at, challenge_rank, evaluate};
 // The token and the verdict are spoken by the clients too: they live in
 // the types crate the service and its clients share.
-pub use krabka_authority_types::{FencingToken, TokenError, TokenPart, Verdict, verdict};
+pub use krabka_authority_types::{
+    FencingToken, TokenError, TokenPart, Verdict, superseded_for_good, verdict,
+};
 
 #[cfg(test)]
 mod vectors;

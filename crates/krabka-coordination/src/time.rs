@@ -5,6 +5,16 @@
 //! The lease deadline is a wall-clock instant written by the holder and read
 //! by challengers; skew between their clocks moves the failover time by the
 //! skew, never the safety (no clock takes part in the fence).
+//!
+//! Three clocks, each for what it can be trusted with:
+//! - the wall clock ([`Clock::now_ms`]) for what is shown and what members
+//!   write: it may be stepped, back or forth (NTP, a restored VM);
+//! - a clock that never steps and counts the time the host was suspended
+//!   ([`Clock::monotonic_ms`], [`boot_now`]: Linux's `CLOCK_BOOTTIME`) for
+//!   how old something is and for the windows a guarantee rests on: an
+//!   answer held across a suspend is as old as the suspend;
+//! - tokio's `Instant` (`CLOCK_MONOTONIC`, which stops while the host is
+//!   suspended) for timers and waits only.
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -53,13 +63,64 @@ impl serde::Serialize for Rfc3339Ms {
     }
 }
 
+/// Time the host has spent suspended since it booted: Linux's
+/// `CLOCK_BOOTTIME` less `CLOCK_MONOTONIC` (zero elsewhere), plus what this
+/// thread's tests [`simulate_suspend`]ed.
+pub fn suspended() -> Duration {
+    host_suspended() + SIMULATED.with(std::cell::Cell::get)
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn host_suspended() -> Duration {
+    use rustix::time::{ClockId, clock_gettime};
+    let at = |clock| {
+        let t = clock_gettime(clock);
+        Duration::new(
+            u64::try_from(t.tv_sec).unwrap_or(0),
+            u32::try_from(t.tv_nsec).unwrap_or(0),
+        )
+    };
+    at(ClockId::Boottime).saturating_sub(at(ClockId::Monotonic))
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn host_suspended() -> Duration {
+    Duration::ZERO
+}
+
+thread_local! {
+    static SIMULATED: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+}
+
+/// For tests: this thread's clocks count `by` more of suspended time, as if
+/// the host had slept that long just now (tokio's timers do not see it, as
+/// they do not see a real suspend). A current-thread runtime's tasks all
+/// see it; other threads do not.
+pub fn simulate_suspend(by: Duration) {
+    SIMULATED.with(|s| s.set(s.get() + by));
+}
+
+/// Now, as a tokio `Instant` moved forward by the time the host was
+/// suspended so far ([`suspended`]): two such instants are as far apart as
+/// the time that really passed between them, suspends included. For
+/// measuring only: never a timer's deadline (it lies ahead of tokio's own
+/// clock by every suspend since boot).
+pub fn boot_now() -> tokio::time::Instant {
+    tokio::time::Instant::now() + suspended()
+}
+
 /// A boxed future of a clock's sleep.
 pub type Sleep<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
 /// Wall-clock time in epoch milliseconds, and sleeping until an instant.
 pub trait Clock: Send + Sync + Debug {
-    /// Now, in milliseconds since the Unix epoch.
+    /// Now, in milliseconds since the Unix epoch: for what is shown and
+    /// written, never for how old something is (it may be stepped).
     fn now_ms(&self) -> i64;
+
+    /// Milliseconds on a clock that never steps back and counts suspended
+    /// time, from an arbitrary origin: for ages and intervals.
+    fn monotonic_ms(&self) -> i64;
 
     /// Resolves once `now_ms() >= at_ms`.
     fn sleep_until(&self, at_ms: i64) -> Sleep<'_>;
@@ -76,6 +137,12 @@ impl Clock for SystemClock {
             .map_or(0, millis)
     }
 
+    fn monotonic_ms(&self) -> i64 {
+        static ORIGIN: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+        let origin = *ORIGIN.get_or_init(boot_now);
+        millis(boot_now().saturating_duration_since(origin))
+    }
+
     fn sleep_until(&self, at_ms: i64) -> Sleep<'_> {
         let wait = at_ms.saturating_sub(self.now_ms()).max(0);
         Box::pin(tokio::time::sleep(Duration::from_millis(wait as u64)))
@@ -86,6 +153,8 @@ impl Clock for SystemClock {
 #[derive(Clone, Debug)]
 pub struct ManualClock {
     now: Arc<watch::Sender<i64>>,
+    /// [`Clock::monotonic_ms`]: moved by [`ManualClock::advance`] only.
+    monotonic: Arc<std::sync::atomic::AtomicI64>,
     sleepers: Arc<AtomicUsize>,
 }
 
@@ -94,6 +163,7 @@ impl ManualClock {
     pub fn new(start_ms: i64) -> ManualClock {
         ManualClock {
             now: Arc::new(watch::Sender::new(start_ms)),
+            monotonic: Arc::default(),
             sleepers: Arc::default(),
         }
     }
@@ -101,7 +171,15 @@ impl ManualClock {
     /// Moves the clock forward by `by`, waking every sleeper now due.
     pub fn advance(&self, by: Duration) {
         let by = millis(by);
+        self.monotonic.fetch_add(by, Ordering::SeqCst);
         self.now.send_modify(|now| *now = now.saturating_add(by));
+    }
+
+    /// Steps the wall clock back by `by` (an NTP step, a VM restored from
+    /// a snapshot): [`Clock::monotonic_ms`] does not move.
+    pub fn step_back(&self, by: Duration) {
+        let by = millis(by);
+        self.now.send_modify(|now| *now = now.saturating_sub(by));
     }
 
     /// Sets the clock to `at_ms` (never backwards).
@@ -138,6 +216,10 @@ impl Drop for Asleep {
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         *self.now.borrow()
+    }
+
+    fn monotonic_ms(&self) -> i64 {
+        self.monotonic.load(Ordering::SeqCst)
     }
 
     fn sleep_until(&self, at_ms: i64) -> Sleep<'_> {
@@ -197,6 +279,28 @@ mod tests {
         assert_eq!(rfc3339_ms(i64::MAX), i64::MAX.to_string());
         assert_eq!(rfc3339_ms(253_402_300_800_000), "253402300800000");
         assert_eq!(rfc3339_ms(253_402_300_799_999), "9999-12-31T23:59:59.999Z");
+    }
+
+    #[tokio::test]
+    async fn a_suspend_counts_on_the_boot_clock_and_not_on_tokios() {
+        let (tokio_at, boot_at) = (tokio::time::Instant::now(), boot_now());
+        let mono = SystemClock.monotonic_ms();
+        simulate_suspend(Duration::from_secs(30));
+        assert!(boot_now().duration_since(boot_at) >= Duration::from_secs(30));
+        assert!(tokio_at.elapsed() < Duration::from_secs(30));
+        assert!(SystemClock.monotonic_ms() - mono >= 30_000);
+        // Another thread's clocks did not sleep.
+        let other = std::thread::spawn(suspended).join().unwrap();
+        assert!(other < Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_manual_wall_clock_steps_back_and_its_monotonic_clock_does_not() {
+        let clock = ManualClock::new(10_000);
+        clock.advance(Duration::from_secs(2));
+        assert_eq!((clock.now_ms(), clock.monotonic_ms()), (12_000, 2_000));
+        clock.step_back(Duration::from_secs(5));
+        assert_eq!((clock.now_ms(), clock.monotonic_ms()), (7_000, 2_000));
     }
 
     #[tokio::test]

@@ -116,6 +116,10 @@ impl Cluster for KafkaClient {
         self.state().in_contact()
     }
 
+    fn cluster_changes(&self) -> u64 {
+        self.state().metadata().cluster_changes()
+    }
+
     fn unreachable(&self) -> Option<String> {
         let failures: Vec<String> = self
             .config()

@@ -33,6 +33,7 @@ use super::config::Broker;
 use super::error::{KafkaError, ResponseError};
 use super::retry::{retrying, retrying_until};
 use super::state::{Leader, Lesson, MetadataAnswer, PartitionMeta, Refresh, TopicMeta};
+use krabka_coordination::time::boot_now;
 
 pub(crate) use super::state::TRANSACTION_STATE;
 
@@ -205,7 +206,7 @@ impl ClusterMetadata<'_> {
     async fn fetch_metadata(&self) -> Result<(), KafkaError> {
         self.probe_stale();
         let request = build_metadata(self.refresh_topics(None));
-        let sent = Instant::now();
+        let sent = boot_now();
         let (response, from) = self.client.send_any(&request, &[]).await?;
         self.client.state().learn(Lesson::Metadata {
             answer: parse_metadata(response),
@@ -241,7 +242,7 @@ impl ClusterMetadata<'_> {
         addr: &str,
         topics: Vec<String>,
     ) -> Result<(), KafkaError> {
-        let sent = Instant::now();
+        let sent = boot_now();
         let response = self.client.send_to(addr, &build_metadata(topics)).await?;
         self.client.state().learn(Lesson::Metadata {
             answer: parse_metadata(response),
@@ -286,7 +287,7 @@ impl ClusterMetadata<'_> {
         let mut asked: Vec<String> = Vec::new();
         while asked.len() < 2 {
             let exclude: Vec<&str> = asked.iter().map(String::as_str).collect();
-            let sent = Instant::now();
+            let sent = boot_now();
             let (response, from) = match self.client.send_any(&request, &exclude).await {
                 Ok(answered) => answered,
                 Err(error) => {

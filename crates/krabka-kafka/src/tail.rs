@@ -32,6 +32,8 @@ use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
+use krabka_coordination::time::boot_now;
+
 use super::client::KafkaClient;
 use super::config::Broker;
 use super::error::{KafkaError, ResponseError};
@@ -174,7 +176,8 @@ impl Tailer {
             let target = leader.clone();
             let partitions = positions.iter().map(|p| p.partition).collect();
             let abort = polls.spawn(async move {
-                let sent = Instant::now();
+                // Measured with suspends, as the epochs' confirmations are.
+                let sent = boot_now();
                 let result = client
                     .reader()
                     .fetch_from(&target, &topic, &positions, wait)
@@ -234,7 +237,7 @@ impl Tailer {
                             let read_to = cursor.next_offset();
                             let settled = &mut self.settled[partition as usize];
                             let complete = settled.answer(at, chunk.high_watermark, read_to);
-                            let held = settled.held_back(Instant::now());
+                            let held = settled.held_back(boot_now());
                             tell_held_back(
                                 &mut self.held_back[partition as usize],
                                 held,

@@ -16,7 +16,7 @@ impl LeadershipStatus {
     /// True only for the current token: a writer with any other token is
     /// deposed (or was never minted here).
     pub fn authoritative(&self, token: &FencingToken) -> bool {
-        verdict(*token, self.current) == Verdict::Authoritative
+        verdict(*token, self.current, false) == Verdict::Authoritative
     }
 }
 

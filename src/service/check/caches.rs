@@ -1,15 +1,22 @@
 //! What the check path remembers between checks, bounded and tied to the
 //! cluster it came from.
 //!
-//! - **Superseded tokens.** A token found superseded can never turn current
-//!   again (a transactional id's pair only grows), so the verdict is kept
-//!   and answered without a Kafka request. An `authoritative` verdict is
-//!   never kept.
-//! - **High-water marks.** The highest pair seen for each role, from any
-//!   source: describes, lease records the watcher reads, the coordinator
-//!   poller. A coordinator answering below it is stale (it paused and came
-//!   back), and its answer is not used. Losing an entry (evicted, expired)
-//!   may cost a retry the mark would have caused, never a wrong answer: the
+//! - **Superseded tokens.** A token under the current pair's producer id
+//!   with an earlier epoch can never be current again (a producer id's
+//!   epoch only grows), so the verdict is kept and answered without a
+//!   Kafka request. Nothing else is kept: not `authoritative`, and not a
+//!   refusal of a token of another producer id (Kafka does not order
+//!   producer ids: a role's next id may be any, lower or higher).
+//! - **Producer ids held.** Per role, the producer ids a confirmed
+//!   coordinator answer (a check's, the coordinator poller's) named, each
+//!   with the highest epoch seen under it, the last few only. An answer
+//!   with an earlier epoch of one of them comes from a stale coordinator
+//!   (it paused and came back), and is not used; a token of one of them
+//!   that is not the current pair's is over for good (a producer id never
+//!   comes back to a role once it left). Lease records in the topic, which
+//!   any member writes as it likes, are not taken in. Losing an entry
+//!   (evicted) may cost a retry the mark would have caused, or call a token
+//!   `unknown` that would have been `superseded`, never a wrong answer: the
 //!   confirmation of every answer by a second broker is the first line.
 //!
 //! Both are keyed by the cluster's id: when the bootstrap address leads to
@@ -23,25 +30,64 @@ use std::sync::{Arc, RwLock};
 
 use moka::sync::Cache;
 
-use crate::bounded::{BoundedMap, MOKA_ENTRY_BYTES, allocated};
+use crate::bounded::{BoundedMap, HeapSize, MOKA_ENTRY_BYTES, allocated};
 use crate::coordination::FencingToken;
 use crate::sync::{read, write};
 
-/// The bytes a superseded entry is counted as: its role name and state at
-/// their allocation sizes and moka's entry.
-pub(crate) fn superseded_entry_bytes(role: &str, by: &SupersededBy) -> u64 {
-    allocated(role.len()) + allocated(by.state.len()) + MOKA_ENTRY_BYTES
+/// The bytes a superseded entry is counted as: its role name at its
+/// allocation size and moka's entry.
+pub(crate) fn superseded_entry_bytes(role: &str) -> u64 {
+    allocated(role.len()) + MOKA_ENTRY_BYTES
 }
 
-/// What was learned when a token was found superseded.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What was learned when a token was found superseded for good.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SupersededBy {
     /// The pair that superseded it, as described then.
-    pub current: FencingToken,
-    /// The transaction state described then.
-    pub state: String,
+    pub pair: FencingToken,
     /// When it was described (epoch ms).
-    pub checked_at_ms: i64,
+    pub seen_at_ms: i64,
+}
+
+/// How many of a role's producer ids are remembered.
+const HELD_IDS: usize = 4;
+
+/// The producer ids a role was seen to hold, each with the highest epoch
+/// seen under it, the most recently raised first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held([Option<(i64, i16)>; HELD_IDS]);
+
+impl Held {
+    /// The highest epoch seen under `producer_id`, if it was seen.
+    pub fn epoch_of(&self, producer_id: i64) -> Option<i16> {
+        self.0
+            .iter()
+            .flatten()
+            .find_map(|(id, epoch)| (*id == producer_id).then_some(*epoch))
+    }
+
+    /// `pair` seen: its producer id first, with the higher epoch; the
+    /// oldest id dropped when full.
+    fn raise(&mut self, pair: FencingToken) {
+        let id = pair.producer_id();
+        let epoch = self
+            .epoch_of(id)
+            .map_or(pair.producer_epoch(), |e| e.max(pair.producer_epoch()));
+        let mut next = [None; HELD_IDS];
+        next[0] = Some((id, epoch));
+        let rest = self.0.iter().flatten().filter(|(other, _)| *other != id);
+        for (slot, seen) in next[1..].iter_mut().zip(rest) {
+            *slot = Some(*seen);
+        }
+        self.0 = next;
+    }
+}
+
+/// Producer ids and epochs hold nothing on the heap.
+impl HeapSize for Held {
+    fn heap_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// The id of the cluster the entries came from.
@@ -52,24 +98,24 @@ pub(super) type ClusterId = Arc<str>;
 pub struct Caches {
     superseded: Cache<(ClusterId, String, FencingToken), SupersededBy>,
     /// Of the current cluster only (cleared when it changes).
-    high_water: BoundedMap<FencingToken>,
+    held: BoundedMap<Held>,
     cluster: RwLock<Option<ClusterId>>,
 }
 
 impl Caches {
     /// Caches of at most `superseded_bytes` of superseded tokens and
-    /// `high_water_bytes` of high-water marks, everything counted.
-    pub fn new(superseded_bytes: u64, high_water_bytes: u64) -> Caches {
+    /// `held_bytes` of producer ids held, everything counted.
+    pub fn new(superseded_bytes: u64, held_bytes: u64) -> Caches {
         Caches {
             superseded: Cache::builder()
                 .max_capacity(superseded_bytes)
                 .weigher(
-                    |(_, role, _): &(ClusterId, String, FencingToken), by: &SupersededBy| {
-                        u32::try_from(superseded_entry_bytes(role, by)).unwrap_or(u32::MAX)
+                    |(_, role, _): &(ClusterId, String, FencingToken), _: &SupersededBy| {
+                        u32::try_from(superseded_entry_bytes(role)).unwrap_or(u32::MAX)
                     },
                 )
                 .build(),
-            high_water: BoundedMap::new(high_water_bytes),
+            held: BoundedMap::new(held_bytes),
             cluster: RwLock::default(),
         }
     }
@@ -86,9 +132,9 @@ impl Caches {
             Some(known) if **known == *id => Some(known.clone()),
             known => {
                 if let Some(old) = known {
-                    tracing::warn!(old = %old, new = %id, "the cluster id changed; forgetting superseded tokens and high-water marks of the old cluster");
+                    tracing::warn!(old = %old, new = %id, "the cluster id changed; forgetting superseded tokens and producer ids of the old cluster");
                     self.superseded.invalidate_all();
-                    self.high_water.clear();
+                    self.held.clear();
                 }
                 *cluster = Some(id.clone());
                 Some(id)
@@ -96,7 +142,7 @@ impl Caches {
         }
     }
 
-    /// The cached verdict of a token found superseded before.
+    /// The cached verdict of a token found superseded for good before.
     pub fn superseded(
         &self,
         cluster: &ClusterId,
@@ -107,7 +153,7 @@ impl Caches {
             .get(&(cluster.clone(), role.to_owned(), token))
     }
 
-    /// Remembers that `token` of `role` is superseded.
+    /// Remembers that `token` of `role` is superseded for good.
     pub fn remember_superseded(
         &self,
         cluster: &ClusterId,
@@ -119,37 +165,39 @@ impl Caches {
             .insert((cluster.clone(), role.to_owned(), token), by);
     }
 
-    /// The highest pair seen for `role` (in `cluster`, the current one).
-    pub fn high_water(&self, _cluster: &ClusterId, role: &str) -> Option<FencingToken> {
-        self.high_water.get(role)
+    /// The producer ids `role` was seen to hold (in `cluster`, the current
+    /// one).
+    pub fn held(&self, _cluster: &ClusterId, role: &str) -> Option<Held> {
+        self.held.get(role)
     }
 
-    /// Raises the high-water mark of `role` to `pair` (never lowers it).
+    /// Takes in that a confirmed answer named `pair` current for `role`.
     pub fn raise(&self, _cluster: &ClusterId, role: &str, pair: FencingToken) {
-        // Most checks see the mark they raised before: a read, no write.
-        if self.high_water.get(role).is_some_and(|seen| seen >= pair) {
+        // Most checks see the pair they raised before: a read, no write.
+        let newest = self.held.get(role).and_then(|h| h.0[0]);
+        if newest
+            .is_some_and(|(id, epoch)| id == pair.producer_id() && epoch >= pair.producer_epoch())
+        {
             return;
         }
-        self.high_water.update(role, |seen| match seen {
-            Some(seen) if *seen >= pair => Some(*seen),
-            _ => Some(pair),
+        self.held.update(role, |held| {
+            let mut held = held.copied().unwrap_or_default();
+            held.raise(pair);
+            Some(held)
         });
     }
 
     /// Entries of each cache, for metrics.
     pub fn sizes(&self) -> (u64, u64) {
         self.superseded.run_pending_tasks();
-        (
-            self.superseded.entry_count(),
-            self.high_water.size().0 as u64,
-        )
+        (self.superseded.entry_count(), self.held.size().0 as u64)
     }
 
-    /// Bytes each cache is accounted at (superseded, high-water marks),
+    /// Bytes each cache is accounted at (superseded, producer ids held),
     /// within their bounds.
     pub fn bytes(&self) -> (u64, u64) {
         self.superseded.run_pending_tasks();
-        (self.superseded.weighted_size(), self.high_water.size().1)
+        (self.superseded.weighted_size(), self.held.size().1)
     }
 }
 
@@ -159,33 +207,44 @@ mod tests {
     use crate::testkit::t;
 
     #[test]
-    fn a_high_water_mark_only_rises() {
+    fn each_producer_id_keeps_its_highest_epoch_the_last_few_ids_only() {
         let caches = Caches::new(10, 1 << 20);
         let c = caches.cluster(Some("c1".into())).unwrap();
-        assert_eq!(caches.high_water(&c, "r"), None);
+        assert_eq!(caches.held(&c, "r"), None);
         caches.raise(&c, "r", t(5, 2));
         caches.raise(&c, "r", t(5, 1));
-        assert_eq!(caches.high_water(&c, "r"), Some(t(5, 2)));
-        caches.raise(&c, "r", t(6, 0));
-        assert_eq!(caches.high_water(&c, "r"), Some(t(6, 0)));
+        let held = caches.held(&c, "r").unwrap();
+        assert_eq!(held.epoch_of(5), Some(2));
+        // The id went down (another broker's block): both are held.
+        caches.raise(&c, "r", t(1, 0));
+        let held = caches.held(&c, "r").unwrap();
+        assert_eq!((held.epoch_of(5), held.epoch_of(1)), (Some(2), Some(0)));
+        caches.raise(&c, "r", t(5, 3));
+        assert_eq!(caches.held(&c, "r").unwrap().epoch_of(5), Some(3));
+        for id in 10..14 {
+            caches.raise(&c, "r", t(id, 0));
+        }
+        let held = caches.held(&c, "r").unwrap();
+        assert_eq!(held.epoch_of(5), None, "the oldest dropped");
+        assert_eq!(held.epoch_of(13), Some(0));
+        assert_eq!(held.epoch_of(10), Some(0));
     }
 
     #[test]
     fn another_cluster_id_forgets_everything() {
-        let caches = Caches::new(10, 1 << 20);
+        let caches = Caches::new(10_000, 1 << 20);
         let c1 = caches.cluster(Some("c1".into())).unwrap();
         caches.raise(&c1, "r", t(5, 2));
         let by = SupersededBy {
-            current: t(5, 2),
-            state: "Empty".into(),
-            checked_at_ms: 0,
+            pair: t(5, 2),
+            seen_at_ms: 0,
         };
-        caches.remember_superseded(&c1, "r", t(5, 1), by.clone());
+        caches.remember_superseded(&c1, "r", t(5, 1), by);
         assert_eq!(caches.superseded(&c1, "r", t(5, 1)), Some(by));
         assert_eq!(caches.cluster(None), None, "unknown: nothing cached");
         let c2 = caches.cluster(Some("c2".into())).unwrap();
         assert_eq!(caches.superseded(&c2, "r", t(5, 1)), None);
-        assert_eq!(caches.high_water(&c2, "r"), None);
+        assert_eq!(caches.held(&c2, "r"), None);
         assert_eq!(caches.superseded(&c1, "r", t(5, 1)), None, "cleared");
     }
 
@@ -195,31 +254,30 @@ mod tests {
     #[test]
     fn a_flood_of_distinct_names_stays_within_both_bounds() {
         const SUPERSEDED: u64 = 4 << 20;
-        const HIGH_WATER: u64 = 2 << 20;
+        const HELD: u64 = 2 << 20;
         let by = SupersededBy {
-            current: t(2, 0),
-            state: "CompleteCommit".into(),
-            checked_at_ms: 0,
+            pair: t(2, 0),
+            seen_at_ms: 0,
         };
         for (len, count) in [(10, 30_000), (900, 12_000), (32_767, 300)] {
-            let caches = Caches::new(SUPERSEDED, HIGH_WATER);
+            let caches = Caches::new(SUPERSEDED, HELD);
             let c = caches.cluster(Some("c".into())).unwrap();
             for i in 0..count {
                 let role = format!("{i:0>len$}");
                 caches.raise(&c, &role, t(1, 0));
-                caches.remember_superseded(&c, &role, t(1, 0), by.clone());
+                caches.remember_superseded(&c, &role, t(1, 0), by);
                 if i % 1000 == 0 {
-                    let (superseded, high_water) = caches.bytes();
+                    let (superseded, held) = caches.bytes();
                     assert!(superseded <= SUPERSEDED, "{len}: {superseded}");
-                    assert!(high_water <= HIGH_WATER, "{len}: {high_water}");
+                    assert!(held <= HELD, "{len}: {held}");
                 }
             }
-            let (superseded, high_water) = caches.bytes();
+            let (superseded, held) = caches.bytes();
             assert!(superseded <= SUPERSEDED, "{len}: {superseded}");
-            assert!(high_water <= HIGH_WATER, "{len}: {high_water}");
+            assert!(held <= HELD, "{len}: {held}");
             // Full, not empty: the bound is what is used.
             assert!(superseded > SUPERSEDED / 2, "{len}: {superseded}");
-            assert!(high_water > HIGH_WATER / 4, "{len}: {high_water}");
+            assert!(held > HELD / 4, "{len}: {held}");
             let (entries, _) = caches.sizes();
             let per_entry = superseded / entries.max(1);
             assert!(

@@ -2,10 +2,13 @@
 //! /authority/check` and the `check` subcommand all come here.
 //!
 //! A check is answered from the superseded cache when the token was found
-//! superseded before; otherwise from the transaction coordinator, asked
-//! after the check arrived (batched with every concurrent check by the
-//! cluster client), with the role's high-water mark as the floor below which
-//! an answer is stale. An `authoritative` verdict is never cached.
+//! superseded for good before; otherwise from the transaction coordinator,
+//! asked after the check arrived (batched with every concurrent check by
+//! the cluster client), with the highest epoch seen under each producer id
+//! of the role as the floor below which an answer is stale. An
+//! `authoritative` verdict is never cached. Every answer names the cluster
+//! it speaks for; a check during which another cluster answered behind the
+//! addresses is not answered (503: ask again).
 
 mod caches;
 
@@ -14,11 +17,13 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-pub use caches::{Caches, SupersededBy};
+pub use caches::{Caches, Held, SupersededBy};
 
 use crate::cluster::{Cluster, ClusterError, Described};
-use crate::coordination::{FencingToken, Verdict, verdict};
+use crate::coordination::{FencingToken, Verdict, superseded_for_good, verdict};
 use crate::time::{Clock, Rfc3339Ms};
+use caches::ClusterId;
+use krabka_authority_types::Sighting;
 
 /// The answer to one check, as the wire contract of the types crate has
 /// it, with the service's own instant.
@@ -34,16 +39,16 @@ pub struct Checker {
 
 impl Checker {
     /// A checker over `cluster`, remembering at most `superseded_bytes` of
-    /// superseded tokens and `high_water_bytes` of high-water marks.
+    /// superseded tokens and `held_bytes` of the producer ids roles held.
     pub fn new(
         cluster: Arc<dyn Cluster>,
         clock: Arc<dyn Clock>,
         superseded_bytes: u64,
-        high_water_bytes: u64,
+        held_bytes: u64,
     ) -> Checker {
         Checker {
             cluster,
-            caches: Caches::new(superseded_bytes, high_water_bytes),
+            caches: Caches::new(superseded_bytes, held_bytes),
             clock,
         }
     }
@@ -53,18 +58,19 @@ impl Checker {
         &self.caches
     }
 
-    /// Raises the high-water mark of `role` with a pair seen elsewhere (a
-    /// lease record, the coordinator poller).
+    /// Takes in a pair a confirmed coordinator answer named current for
+    /// `role` elsewhere (the coordinator poller).
     pub fn observe(&self, role: &str, pair: FencingToken) {
         if let Some(cluster) = self.caches.cluster(self.cluster.cluster_id()) {
             self.caches.raise(&cluster, role, pair);
         }
     }
 
-    /// The highest pair seen for `role`.
-    pub fn high_water(&self, role: &str) -> Option<FencingToken> {
+    /// The highest epoch seen for `role` under `producer_id`, while the
+    /// cluster is still the one in contact: an answer below it is stale.
+    pub fn floor(&self, role: &str, producer_id: i64) -> Option<i16> {
         let cluster = self.caches.cluster(self.cluster.cluster_id())?;
-        self.caches.high_water(&cluster, role)
+        self.caches.held(&cluster, role)?.epoch_of(producer_id)
     }
 
     /// Checks one token of one role.
@@ -74,15 +80,16 @@ impl Checker {
         token: FencingToken,
         deadline: Instant,
     ) -> Result<CheckAnswer, ClusterError> {
+        let changes = self.cluster.cluster_changes();
         let cluster = self.caches.cluster(self.cluster.cluster_id());
         if let Some(hit) = self.cached(cluster.as_ref(), role, token) {
             return Ok(hit);
         }
-        let floor = |role: &str| self.floor(cluster.as_ref(), role);
+        let floor = |role: &str, id: i64| self.floor_of(cluster.as_ref(), role, id);
         let described = self.cluster.describe_role(role, &floor, deadline).await?;
         let checked_at_ms = self.clock.now_ms();
-        let cluster = self.still(cluster);
-        Ok(self.judge(cluster.as_ref(), role, token, described, checked_at_ms))
+        let cluster = self.answered_for(changes)?;
+        Ok(self.judge(&cluster, role, token, described, checked_at_ms))
     }
 
     /// Checks many (role, token) pairs in one round: cache hits first, then
@@ -93,6 +100,7 @@ impl Checker {
         pairs: &[(String, FencingToken)],
         deadline: Instant,
     ) -> Vec<Result<CheckAnswer, ClusterError>> {
+        let changes = self.cluster.cluster_changes();
         let cluster = self.caches.cluster(self.cluster.cluster_id());
         let mut answers: Vec<Option<Result<CheckAnswer, ClusterError>>> = pairs
             .iter()
@@ -109,11 +117,11 @@ impl Checker {
         let described: HashMap<String, Result<Described, ClusterError>> = if roles.is_empty() {
             HashMap::new()
         } else {
-            let floor = |role: &str| self.floor(cluster.as_ref(), role);
+            let floor = |role: &str, id: i64| self.floor_of(cluster.as_ref(), role, id);
             self.cluster.describe(&roles, &floor, deadline).await
         };
         let checked_at_ms = self.clock.now_ms();
-        let cluster = self.still(cluster);
+        let cluster = self.answered_for(changes);
         for ((role, token), answer) in pairs.iter().zip(answers.iter_mut()) {
             if answer.is_some() {
                 continue;
@@ -122,7 +130,10 @@ impl Checker {
                 .get(role)
                 .cloned()
                 .unwrap_or_else(|| Err(ClusterError::Internal(format!("no answer for {role:?}"))))
-                .map(|d| self.judge(cluster.as_ref(), role, *token, d, checked_at_ms));
+                .and_then(|d| {
+                    let cluster = cluster.clone()?;
+                    Ok(self.judge(&cluster, role, *token, d, checked_at_ms))
+                });
             *answer = Some(result);
         }
         answers
@@ -131,64 +142,93 @@ impl Checker {
             .collect()
     }
 
-    /// The answer of the superseded cache of `cluster`, if it has one.
+    /// The answer of the superseded cache of `cluster`, if it has one: the
+    /// pair that superseded the token then, and no current pair (the
+    /// coordinator was not asked).
     fn cached(
         &self,
-        cluster: Option<&Arc<str>>,
+        cluster: Option<&ClusterId>,
         role: &str,
         token: FencingToken,
     ) -> Option<CheckAnswer> {
-        let hit = self.caches.superseded(cluster?, role, token)?;
+        let cluster = cluster?;
+        let hit = self.caches.superseded(cluster, role, token)?;
         Some(CheckAnswer {
             role: role.to_owned(),
             token,
             verdict: Verdict::Superseded,
-            current: Some(hit.current),
-            state: Some(hit.state),
-            checked_at: Rfc3339Ms(hit.checked_at_ms),
+            current: None,
+            state: None,
+            superseded_by: Some(Sighting {
+                pair: hit.pair,
+                seen_at: Rfc3339Ms(hit.seen_at_ms),
+            }),
+            checked_at: Rfc3339Ms(self.clock.now_ms()),
             cached: true,
+            cluster: cluster.to_string(),
         })
     }
 
-    /// The high-water mark of `role` in `cluster`, while the cluster is
-    /// still the one in contact: the old cluster's marks say nothing of
-    /// another one's pairs.
-    fn floor(&self, cluster: Option<&Arc<str>>, role: &str) -> Option<FencingToken> {
-        cluster
-            .filter(|c| self.cluster.cluster_id().as_ref() == Some(*c))
-            .and_then(|c| self.caches.high_water(c, role))
+    /// The highest epoch seen for `role` under `producer_id` in `cluster`,
+    /// while the cluster is still the one in contact: the old cluster's
+    /// marks say nothing of another one's pairs.
+    fn floor_of(&self, cluster: Option<&ClusterId>, role: &str, producer_id: i64) -> Option<i16> {
+        let cluster = cluster.filter(|c| self.cluster.cluster_id().as_ref() == Some(*c))?;
+        self.caches.held(cluster, role)?.epoch_of(producer_id)
     }
 
-    /// `before`, if the cluster in contact now is still that one: an answer
-    /// of another cluster must not land in the old one's caches.
-    fn still(&self, before: Option<Arc<str>>) -> Option<Arc<str>> {
+    /// The cluster an answer begun when the cluster id had changed
+    /// `changes` times speaks for: the one in contact now, unless another
+    /// cluster answered behind the addresses meanwhile (then the answer may
+    /// be either's) or contact is lost.
+    fn answered_for(&self, changes: u64) -> Result<ClusterId, ClusterError> {
+        if self.cluster.cluster_changes() != changes {
+            return Err(ClusterError::Unavailable(
+                "another cluster answered behind the bootstrap servers during the check; ask again"
+                    .into(),
+            ));
+        }
         self.caches
             .cluster(self.cluster.cluster_id())
-            .filter(|now| before.as_ref().is_some_and(|before| before == now))
+            .ok_or_else(|| {
+                ClusterError::Unavailable(
+                    "contact with the cluster was lost during the check".into(),
+                )
+            })
     }
 
     fn judge(
         &self,
-        cluster: Option<&Arc<str>>,
+        cluster: &ClusterId,
         role: &str,
         token: FencingToken,
         described: Described,
         checked_at_ms: i64,
     ) -> CheckAnswer {
-        let verdict = verdict(token, described.current);
-        if let (Some(cluster), Some(current)) = (cluster, described.current) {
+        let retired = self
+            .caches
+            .held(cluster, role)
+            .is_some_and(|held| held.epoch_of(token.producer_id()).is_some());
+        let verdict = verdict(token, described.current, retired);
+        let mut superseded_by = None;
+        if let Some(current) = described.current {
             self.caches.raise(cluster, role, current);
             if verdict == Verdict::Superseded {
-                self.caches.remember_superseded(
-                    cluster,
-                    role,
-                    token,
-                    SupersededBy {
-                        current,
-                        state: described.state.clone().unwrap_or_default(),
-                        checked_at_ms,
-                    },
-                );
+                superseded_by = Some(Sighting {
+                    pair: current,
+                    seen_at: Rfc3339Ms(checked_at_ms),
+                });
+                if superseded_for_good(token, current) {
+                    self.caches.remember_superseded(
+                        cluster,
+                        role,
+                        token,
+                        SupersededBy {
+                            pair: current,
+                            seen_at_ms: checked_at_ms,
+                        },
+                    );
+                }
             }
         }
         CheckAnswer {
@@ -197,8 +237,10 @@ impl Checker {
             verdict,
             current: described.current,
             state: described.state,
+            superseded_by,
             checked_at: Rfc3339Ms(checked_at_ms),
             cached: false,
+            cluster: cluster.to_string(),
         }
     }
 }
@@ -228,46 +270,154 @@ mod tests {
 
     const LEASE: Duration = Duration::from_secs(30);
 
+    /// The verdict, the current pair, the superseding pair and whether it
+    /// came from the cache.
+    fn said(answer: &CheckAnswer) -> (Verdict, Option<FencingToken>, Option<FencingToken>, bool) {
+        (
+            answer.verdict,
+            answer.current,
+            answer.superseded_by.as_ref().map(|s| s.pair),
+            answer.cached,
+        )
+    }
+
     #[tokio::test]
     async fn every_verdict_and_only_superseded_is_cached() {
         let cluster = MemoryCluster::new(4);
         let checker = checker(&cluster);
         let any = t(1, 1);
         let vacant = checker.check("r", any, soon()).await.unwrap();
-        assert_eq!((vacant.verdict, vacant.current), (Verdict::Vacant, None));
+        assert_eq!(said(&vacant), (Verdict::Vacant, None, None, false));
+        assert_eq!(vacant.cluster, "memory-cluster");
 
         let a = cluster.transport();
         let ta = a.acquire_epoch("r", LEASE).await.unwrap();
         let yes = checker.check("r", ta, soon()).await.unwrap();
-        assert_eq!(yes.verdict, Verdict::Authoritative);
-        assert!(!yes.cached);
+        assert_eq!(said(&yes), (Verdict::Authoritative, Some(ta), None, false));
         let again = checker.check("r", ta, soon()).await.unwrap();
         assert!(!again.cached, "authoritative is never cached");
 
         let tb = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
         let no = checker.check("r", ta, soon()).await.unwrap();
-        assert_eq!(
-            (no.verdict, no.current, no.cached),
-            (Verdict::Superseded, Some(tb), false)
-        );
+        assert_eq!(said(&no), (Verdict::Superseded, Some(tb), Some(tb), false));
         // The coordinator down, the cluster still in contact: the superseded
-        // verdict needs no Kafka request, the others are not guessed.
+        // verdict needs no Kafka request, the others are not guessed. The
+        // cached answer names the pair that superseded the token then, and
+        // no current pair: the service did not ask.
+        let tc = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
         cluster.set_unavailable(Some("the coordinator is down"));
         let cached = checker.check("r", ta, soon()).await.unwrap();
+        assert_eq!(said(&cached), (Verdict::Superseded, None, Some(tb), true));
+        assert_eq!(cached.state, None);
         assert_eq!(
-            (cached.verdict, cached.current, cached.cached),
-            (Verdict::Superseded, Some(tb), true)
+            cached.contradiction("r", ta, 409),
+            None,
+            "the client crate's rules take it"
         );
         assert!(
-            checker.check("r", tb, soon()).await.is_err(),
+            checker.check("r", tc, soon()).await.is_err(),
             "no guess when down"
         );
         cluster.set_unavailable(None);
 
-        let ahead = FencingToken::new(tb.producer_id(), tb.producer_epoch() + 1).unwrap();
+        let ahead = FencingToken::new(tc.producer_id(), tc.producer_epoch() + 1).unwrap();
         assert_eq!(
             checker.check("r", ahead, soon()).await.unwrap().verdict,
             Verdict::Unknown
+        );
+    }
+
+    /// Issue 44 (3): a role's producer id goes down (its transactional id
+    /// expired, or its epoch ran out, and the coordinator of the day draws
+    /// from a lower block). The role stays checkable: the new pair is
+    /// authoritative at once, the old id's pairs are superseded (and not
+    /// cached), a pair checked before it was minted is not remembered as
+    /// refused. Before, every check answered 503 ("answered 1:0 after
+    /// 1001:5 was seen") until the deadline.
+    #[tokio::test]
+    async fn a_role_whose_producer_id_goes_down_stays_checkable() {
+        let cluster = MemoryCluster::new(4);
+        let checker = checker(&cluster);
+        let holder = cluster.transport();
+        cluster.set_next_producer_id(1001);
+        let mut old = holder.acquire_epoch("r", LEASE).await.unwrap();
+        for _ in 0..5 {
+            old = holder.acquire_epoch("r", LEASE).await.unwrap();
+        }
+        assert_eq!(old, t(1001, 5));
+        assert_eq!(
+            checker.check("r", old, soon()).await.unwrap().verdict,
+            Verdict::Authoritative
+        );
+        // The coordinator moved to the broker of block 0; the id expired.
+        cluster.expire("r");
+        cluster.set_next_producer_id(1);
+        let early = t(1, 1);
+        for (token, verdict) in [(t(1, 0), Verdict::Vacant), (early, Verdict::Vacant)] {
+            assert_eq!(
+                checker.check("r", token, soon()).await.unwrap().verdict,
+                verdict
+            );
+        }
+        let new = holder.acquire_epoch("r", LEASE).await.unwrap();
+        assert_eq!(new, t(1, 0));
+        let yes = checker.check("r", new, soon()).await.unwrap();
+        assert_eq!(said(&yes), (Verdict::Authoritative, Some(new), None, false));
+        for token in [old, t(1001, 2)] {
+            let no = checker.check("r", token, soon()).await.unwrap();
+            assert_eq!(
+                said(&no),
+                (Verdict::Superseded, Some(new), Some(new), false),
+                "{token}"
+            );
+            assert_eq!(no.contradiction("r", token, 409), None);
+        }
+        // Not cached: each asks the coordinator.
+        assert!(!checker.check("r", old, soon()).await.unwrap().cached);
+        // A token of the new id checked before it was minted is unknown,
+        // and right once minted.
+        assert_eq!(
+            checker.check("r", early, soon()).await.unwrap().verdict,
+            Verdict::Unknown
+        );
+        let next = holder.acquire_epoch("r", LEASE).await.unwrap();
+        assert_eq!(next, early);
+        assert_eq!(
+            checker.check("r", early, soon()).await.unwrap().verdict,
+            Verdict::Authoritative
+        );
+        let gone = checker.check("r", new, soon()).await.unwrap();
+        assert_eq!(
+            said(&gone),
+            (Verdict::Superseded, Some(early), Some(early), false)
+        );
+        assert!(
+            checker.check("r", new, soon()).await.unwrap().cached,
+            "an earlier epoch of the same id is for good"
+        );
+        // A producer id the role was never seen to hold: unknown.
+        assert_eq!(
+            checker
+                .check("r", t(5000, 0), soon())
+                .await
+                .unwrap()
+                .verdict,
+            Verdict::Unknown
+        );
+        // And the epoch running out lands on a lower id alike.
+        cluster.set_next_producer_id(0);
+        let mut last = early;
+        while last.producer_id() == 1 {
+            last = holder.acquire_epoch("r", LEASE).await.unwrap();
+        }
+        assert_eq!(last, t(0, 0));
+        assert_eq!(
+            checker.check("r", last, soon()).await.unwrap().verdict,
+            Verdict::Authoritative
+        );
+        assert_eq!(
+            checker.check("r", early, soon()).await.unwrap().verdict,
+            Verdict::Superseded
         );
     }
 
@@ -292,12 +442,12 @@ mod tests {
             matches!(lost, Err(ClusterError::Unavailable(_))),
             "no contact, no cached verdict: {lost:?}"
         );
-        assert_eq!(checker.high_water("r"), None, "nor a floor");
+        assert_eq!(checker.floor("r", t2.producer_id()), None, "nor a floor");
         cluster.set_contact(true);
         let back = checker.check("r", t1, soon()).await.unwrap();
         assert_eq!(
-            (back.verdict, back.current, back.cached),
-            (Verdict::Superseded, Some(t2), true),
+            said(&back),
+            (Verdict::Superseded, None, Some(t2), true),
             "the same cluster again: its cache is good"
         );
 
@@ -308,6 +458,40 @@ mod tests {
         cluster.set_contact(true);
         let rebuilt = checker.check("r", t1, soon()).await.unwrap();
         assert!(!rebuilt.cached, "{rebuilt:?}");
+        assert_eq!(rebuilt.cluster, "rebuilt");
+    }
+
+    /// Issue 44 (5): an answer that began under one cluster and ended under
+    /// another (rebuilt behind the same addresses) may be either's: it is
+    /// not given, the caller asks again.
+    #[tokio::test]
+    async fn a_check_during_which_the_cluster_changed_is_asked_again() {
+        let cluster = MemoryCluster::new(4);
+        let checker = Arc::new(checker(&cluster));
+        let t0 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
+        let t1 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
+        cluster.answer_stale("r", Some(t0));
+        checker.observe("r", t1);
+        // The stale answer keeps the check retrying; the cluster changes
+        // meanwhile.
+        let check = {
+            let checker = checker.clone();
+            tokio::spawn(async move {
+                checker
+                    .check("r", t1, Instant::now() + Duration::from_secs(2))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        cluster.set_cluster_id("rebuilt");
+        cluster.clear_stale("r");
+        let answer = check.await.unwrap();
+        assert!(
+            matches!(&answer, Err(ClusterError::Unavailable(why)) if why.contains("another cluster")),
+            "{answer:?}"
+        );
+        let many = checker.check_many(&[("r".into(), t1)], soon()).await;
+        assert_eq!(many[0].as_ref().unwrap().cluster, "rebuilt");
     }
 
     #[tokio::test]
@@ -319,8 +503,8 @@ mod tests {
             checker.check("r", t1, soon()).await.unwrap().verdict,
             Verdict::Authoritative
         );
-        // A newer holder mints elsewhere; the service sees it (a lease
-        // record, the poller, another check) ...
+        // A newer holder mints elsewhere; the service sees it (the
+        // poller, another check) ...
         let t2 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
         checker.observe("r", t2);
         // ... then the old coordinator comes back and answers t1 as current.
@@ -346,19 +530,21 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_check_raises_the_high_water_mark_and_a_new_cluster_resets_it() {
+    async fn a_check_raises_the_floor_of_its_producer_id_and_a_new_cluster_resets_it() {
         let cluster = MemoryCluster::new(4);
         let checker = checker(&cluster);
         let t1 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
+        let id = t1.producer_id();
         checker.check("r", t1, soon()).await.unwrap();
-        assert_eq!(checker.high_water("r"), Some(t1));
+        assert_eq!(checker.floor("r", id), Some(t1.producer_epoch()));
         let t2 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
         checker.check("r", t1, soon()).await.unwrap();
-        assert_eq!(checker.high_water("r"), Some(t2));
+        assert_eq!(checker.floor("r", id), Some(t2.producer_epoch()));
+        assert_eq!(checker.floor("r", id + 1), None, "per producer id");
         // Another cluster behind the same address: its pairs start low, and
         // the old cluster's verdicts and marks must not apply.
         cluster.set_cluster_id("rebuilt");
-        assert_eq!(checker.high_water("r"), None);
+        assert_eq!(checker.floor("r", id), None);
         let answer = checker.check("r", t1, soon()).await.unwrap();
         assert!(
             !answer.cached,

@@ -304,7 +304,7 @@ mod tests {
     #[test]
     fn the_wire_types_are_what_the_contract_documents() {
         use krabka_authority_types::{
-            BatchItem, BatchOutcome, CheckAnswer, FencingToken, Problem, Refusal, Verdict,
+            BatchItem, BatchOutcome, CheckAnswer, FencingToken, Problem, Refusal, Sighting, Verdict,
         };
         let doc = document();
         let token: FencingToken = "4:2".parse().unwrap();
@@ -314,8 +314,13 @@ mod tests {
             verdict: Verdict::Superseded,
             current: Some("4:3".parse().unwrap()),
             state: Some("Ongoing".into()),
+            superseded_by: Some(Sighting {
+                pair: "4:3".parse().unwrap(),
+                seen_at: "2026-12-02T00:00:00.000Z".to_owned(),
+            }),
             checked_at: "2026-12-02T00:00:00.000Z".to_owned(),
-            cached: true,
+            cached: false,
+            cluster: "c1".into(),
         };
         let (properties, required) = fields(&doc, "CheckAnswer");
         assert_eq!(keys(&answer), properties, "CheckAnswer's fields");

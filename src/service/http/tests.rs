@@ -541,8 +541,9 @@ async fn roster_views_follow_the_topic() {
     let (status, _, body) = call(&rig.app, get("/roles")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["roles"][0]["holder"], "node-1");
-    // The watcher's lease record raised the check path's high-water mark.
-    assert_eq!(rig.state.checker.high_water("orders"), Some(token));
+    // A lease record is what a member wrote: it raises no floor of the
+    // check path (only confirmed coordinator answers do).
+    assert_eq!(rig.state.checker.floor("orders", token.producer_id()), None);
 }
 
 /// The value of one sample of `metric` in the exposition.
@@ -609,6 +610,49 @@ async fn a_view_whose_leader_no_other_broker_confirms_grows_old_and_readyz_names
     let (age, _) = view().await;
     assert!(age < 1_000, "fresh again: {age} ms");
     assert_eq!(call(&rig.app, get("/readyz")).await.0, StatusCode::OK);
+}
+
+/// Issue 44 (4): the wall clock stepped back (an NTP step, a VM restored
+/// from a snapshot) while a partition's leader is no longer confirmed. Its
+/// views still grow old, and `/readyz` says so: ages are measured on a
+/// clock that never steps back (and counts suspends). Before, the age came
+/// from the wall clock and stayed 0 ms, and the service stayed ready.
+#[tokio::test]
+async fn a_view_grows_old_on_a_clock_that_never_steps_back() {
+    use crate::time::Clock;
+    let rig = rig();
+    let member = rig.cluster.transport();
+    member.register("orders", "node-1", 1).await.unwrap();
+    let partition = crate::coordination::role_partition("orders", 4).unwrap();
+    let view = || {
+        eventually(FIVE_S, "the view of orders", async || {
+            let (status, _, body) = call(&rig.app, get("/roles/orders")).await;
+            (status == StatusCode::OK).then_some(body)
+        })
+    };
+    assert!(view().await["view"]["ageMs"].as_u64().unwrap() < 1_000);
+    rig.cluster.set_leader_unconfirmed(partition, true);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let wall = rig.clock.now_ms();
+    rig.clock.step_back(Duration::from_secs(30));
+    rig.clock.advance(Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let body = view().await;
+    let age = body["view"]["ageMs"].as_u64().unwrap();
+    assert!(
+        age >= 10_000,
+        "ten seconds passed, the wall clock went back: {age} ms"
+    );
+    // Shown on the wall clock: as long before its now as the view is old.
+    assert_eq!(rig.clock.now_ms(), wall - 20_000);
+    assert_eq!(
+        body["view"]["refreshedAt"],
+        crate::time::rfc3339_ms(rig.clock.now_ms() - age as i64)
+    );
+    assert_eq!(
+        call(&rig.app, get("/readyz")).await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
 }
 
 #[tokio::test]

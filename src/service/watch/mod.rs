@@ -45,7 +45,7 @@ use crate::backoff::{Backoff, Jitter};
 use crate::cluster::{Cluster, ClusterError, Tailed};
 use crate::coordination::{RoleState, role_partition};
 use crate::sync::{lock, read, write};
-use crate::time::{Clock, millis};
+use crate::time::{Clock, boot_now, millis};
 
 /// Why the views cannot answer yet.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -152,18 +152,21 @@ pub struct RoleView {
 struct Part {
     tracker: PartitionTracker,
     error: Option<String>,
-    /// When a read last arrived (epoch ms).
-    read_at_ms: Option<i64>,
-    /// The instant the partition is known complete as of (epoch ms).
-    complete_as_of_ms: Option<i64>,
+    /// When a read last arrived ([`Clock::monotonic_ms`]).
+    read_at: Option<i64>,
+    /// The instant the partition is known complete as of
+    /// ([`Clock::monotonic_ms`]: ages never rest on the wall clock, which
+    /// may be stepped back, and count the time the host was suspended).
+    complete_as_of: Option<i64>,
 }
 
 impl Part {
-    /// The view's age at `now_ms`, once a read was confirmed.
-    fn age(&self, now_ms: i64) -> Option<Duration> {
-        let as_of = self.complete_as_of_ms?;
+    /// The view's age at `monotonic` ([`Clock::monotonic_ms`]), once a read
+    /// was confirmed.
+    fn age(&self, monotonic: i64) -> Option<Duration> {
+        let as_of = self.complete_as_of?;
         Some(Duration::from_millis(
-            u64::try_from(now_ms - as_of).unwrap_or(0),
+            u64::try_from(monotonic - as_of).unwrap_or(0),
         ))
     }
 }
@@ -238,8 +241,8 @@ impl Watcher {
                         Mutex::new(Part {
                             tracker: PartitionTracker::new(self.config.tracker),
                             error: None,
-                            read_at_ms: None,
-                            complete_as_of_ms: None,
+                            read_at: None,
+                            complete_as_of: None,
                         })
                     })
                     .collect(),
@@ -363,6 +366,7 @@ impl Watcher {
         let mut effects = Vec::new();
         while let Some(update) = updates.recv().await {
             let now = self.clock.now_ms();
+            let monotonic = self.clock.monotonic_ms();
             match update {
                 Tailed::Read {
                     partition,
@@ -388,14 +392,14 @@ impl Watcher {
                                 "a partition of the coordination topic is readable again"
                             );
                         }
-                        part.read_at_ms = Some(now);
+                        part.read_at = Some(monotonic);
                         if let Some(at) = complete_as_of {
                             // On the service clock: as long before now as
-                            // the instant is before now.
-                            let behind = Instant::now().saturating_duration_since(at);
-                            let as_of = now - millis(behind);
-                            part.complete_as_of_ms =
-                                Some(part.complete_as_of_ms.map_or(as_of, |old| old.max(as_of)));
+                            // the instant is before now, suspends counted.
+                            let behind = boot_now().saturating_duration_since(at);
+                            let as_of = monotonic - millis(behind);
+                            part.complete_as_of =
+                                Some(part.complete_as_of.map_or(as_of, |old| old.max(as_of)));
                         }
                         (lag, !before && part.tracker.caught_up())
                     };
@@ -444,7 +448,6 @@ impl Watcher {
                 Effect::Leaderless(seconds) => {
                     self.role_metrics.leaderless_seconds.observe(seconds);
                 }
-                Effect::LeasePair(role, pair) => self.checker.observe(&role, pair),
                 Effect::Pair(role, current) => {
                     self.role_metrics.pair(&role, current);
                     if let Some(pair) = current {
@@ -504,7 +507,7 @@ impl Watcher {
                     .collect::<Vec<_>>()
             })
             .collect();
-        let floor = |role: &str| self.checker.high_water(role);
+        let floor = |role: &str, id: i64| self.checker.floor(role, id);
         let mut effects = Vec::new();
         for chunk in roles.chunks(self.config.max_describe_batch.max(1)) {
             let deadline = Instant::now() + self.config.poll_interval.max(Duration::from_secs(1));
@@ -549,12 +552,14 @@ impl Watcher {
     }
 
     fn view(&self, part: &Part, facts: RoleFacts, partition: i32, now_ms: i64) -> RoleView {
+        let age = part.age(self.clock.monotonic_ms()).unwrap_or_default();
         RoleView {
             state: facts.state,
             partition,
             offset: part.tracker.next_offset(),
-            age: part.age(now_ms).unwrap_or_default(),
-            refreshed_at_ms: part.complete_as_of_ms.unwrap_or(now_ms),
+            age,
+            // Shown on the wall clock: as long before now as the view is old.
+            refreshed_at_ms: now_ms - millis(age),
             status: Some(facts.status),
             failovers_in_window: facts.failovers_in_window,
             coordinator: facts.coordinator,
@@ -617,7 +622,7 @@ impl Watcher {
         let Some(parts) = self.parts() else {
             return self.without_topic().err().map(|e| e.to_string());
         };
-        let now = self.clock.now_ms();
+        let now = self.clock.monotonic_ms();
         let mut reasons = Vec::new();
         for (p, slot) in parts.iter().enumerate() {
             let part = lock(slot);
@@ -629,7 +634,7 @@ impl Watcher {
                 let age = part.age(now).unwrap_or_default();
                 (age > self.config.stale_after).then(|| {
                     let read_lately = part
-                        .read_at_ms
+                        .read_at
                         .is_some_and(|at| now - at <= millis(self.config.stale_after));
                     let why = if read_lately {
                         "its leader answers, but no other broker has confirmed it leads since (a deposed leader cut off from the controller?)"
@@ -655,7 +660,7 @@ impl Watcher {
         let Some(parts) = self.parts() else {
             return Vec::new();
         };
-        let now = self.clock.now_ms();
+        let now = self.clock.monotonic_ms();
         let ages: Vec<(i32, Option<Duration>)> = parts
             .iter()
             .enumerate()
@@ -719,7 +724,7 @@ fn unviewable(part: &Part, partition: i32) -> Option<NotReady> {
             why: part.error.clone(),
         });
     }
-    part.complete_as_of_ms
+    part.complete_as_of
         .is_none()
         .then_some(NotReady::Unconfirmed { partition })
 }

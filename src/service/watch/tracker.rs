@@ -112,12 +112,10 @@ pub enum Effect {
     RoleRemoved(String),
     /// The role's holder changed from one member to another.
     Failover(String),
-    /// The role's pair moved up.
+    /// The role's pair moved on: a later epoch, or another producer id.
     EpochChange(String),
     /// A role got a holder again after this many seconds without one.
     Leaderless(f64),
-    /// A lease was written under this pair (raises the high-water mark).
-    LeasePair(String, FencingToken),
     /// The coordinator's current pair of a role.
     Pair(String, Option<FencingToken>),
     /// The role's facts after a change.
@@ -253,7 +251,6 @@ impl PartitionTracker {
             }
             Change::Leased { previous } => {
                 let Some(lease) = &current else { return };
-                out.push(Effect::LeasePair(role.clone(), lease.token));
                 let takeover = track.last_lease_member.as_deref() != Some(lease.member.as_str());
                 // A lease after a clear is an acquisition too, but by the
                 // same member it is no failover.
@@ -262,7 +259,10 @@ impl PartitionTracker {
                     out.push(Effect::Failover(role.clone()));
                     track.failovers.push_back(now_ms);
                 }
-                if track.last_token.is_none_or(|t| lease.token.supersedes(&t)) {
+                if track
+                    .last_token
+                    .is_none_or(|t| lease.token.moved_on_from(&t))
+                {
                     if counting && track.last_token.is_some() {
                         out.push(Effect::EpochChange(role.clone()));
                     }
@@ -345,7 +345,7 @@ impl PartitionTracker {
             return;
         };
         if let Some(pair) = described.current
-            && track.last_token.is_none_or(|t| pair.supersedes(&t))
+            && track.last_token.is_none_or(|t| pair.moved_on_from(&t))
         {
             if counting && track.last_token.is_some() {
                 out.push(Effect::EpochChange(role.to_owned()));
@@ -523,7 +523,6 @@ mod tests {
                 Effect::Failover(_) => "failover",
                 Effect::EpochChange(_) => "epoch",
                 Effect::Leaderless(_) => "leaderless",
-                Effect::LeasePair(..) => "pair",
                 Effect::Pair(..) => "coordinator",
                 Effect::Facts { .. } => "facts",
                 Effect::Malformed { .. } => "malformed",
@@ -542,28 +541,20 @@ mod tests {
         log.register("b", 0);
         assert_eq!(
             kinds(&log.lease("a", t(1, 0), 10, 3_000)),
-            ["pair", "facts", "acquired"]
+            ["facts", "acquired"]
         );
         assert_eq!(
             kinds(&log.lease("a", t(1, 0), 1_000, 4_000)),
-            ["pair", "facts", "renewed"]
+            ["facts", "renewed"]
         );
         // b takes over after a's deadline: a failover, an epoch change, and
         // the time without a holder since the deadline.
         let effects = log.lease("b", t(1, 1), 5_500, 8_500);
         assert_eq!(
             kinds(&effects),
-            [
-                "pair",
-                "failover",
-                "epoch",
-                "leaderless",
-                "facts",
-                "acquired"
-            ]
+            ["failover", "epoch", "leaderless", "facts", "acquired"]
         );
         assert!(effects.contains(&Effect::Leaderless(1.5)), "{effects:?}");
-        assert!(effects.contains(&Effect::LeasePair("r".into(), t(1, 1))));
     }
 
     #[test]

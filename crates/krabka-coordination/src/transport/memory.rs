@@ -54,6 +54,8 @@ struct ClusterState {
     unreachable: Option<String>,
     max_transaction_timeout: Duration,
     cluster_id: String,
+    /// Times the cluster id changed.
+    cluster_changes: u64,
     /// The service lost every connection: calls fail and no cluster id is
     /// known until contact is back.
     no_contact: bool,
@@ -185,7 +187,27 @@ impl MemoryCluster {
 
     /// Replaces the cluster's id (a rebuilt cluster behind the same address).
     pub fn set_cluster_id(&self, id: &str) {
-        self.lock().cluster_id = id.to_owned();
+        let mut state = self.lock();
+        if state.cluster_id != id {
+            state.cluster_changes += 1;
+        }
+        id.clone_into(&mut state.cluster_id);
+    }
+
+    /// The next producer id the coordinator draws, for a role minted anew
+    /// or whose epoch runs out: another broker's block, lower or higher
+    /// (Kafka's `ProducerIdsBlock`).
+    pub fn set_next_producer_id(&self, id: i64) {
+        self.lock().next_producer_id = id;
+    }
+
+    /// The role's transactional id expires (`transactional.id.expiration.ms`
+    /// after it was last used): nobody holds it, and the next mint draws a
+    /// new producer id at epoch 0.
+    pub fn expire(&self, role: &str) {
+        let mut state = self.lock();
+        state.current.remove(role);
+        state.txn_states.remove(role);
     }
 
     /// Appends a raw record to `partition` (malformed data, for tests).
@@ -240,8 +262,9 @@ impl Cluster for MemoryCluster {
                 let answer = loop {
                     let answer = self.describe_now(role);
                     let stale = matches!(
-                        (&answer, floor(role)),
-                        (Ok(Described { current: Some(c), .. }), Some(f)) if *c < f
+                        &answer,
+                        Ok(Described { current: Some(c), .. })
+                            if floor(role, c.producer_id()).is_some_and(|f| c.producer_epoch() < f)
                     );
                     if !stale {
                         break answer;
@@ -331,7 +354,7 @@ impl Cluster for MemoryCluster {
                                     next_offset: *offset,
                                     last_stable_offset: log.len() as i64,
                                     complete_as_of: (!state.unconfirmed.contains(&partition))
-                                        .then(Instant::now),
+                                        .then(crate::time::boot_now),
                                 }
                             }
                         }
@@ -357,6 +380,10 @@ impl Cluster for MemoryCluster {
     fn cluster_id(&self) -> Option<Arc<str>> {
         let state = self.lock();
         (!state.no_contact).then(|| state.cluster_id.as_str().into())
+    }
+
+    fn cluster_changes(&self) -> u64 {
+        self.lock().cluster_changes
     }
 }
 
@@ -593,14 +620,17 @@ mod tests {
         let t = cluster.transport();
         let first = t.acquire_epoch("r", LEASE).await.unwrap();
         let mut last = first;
+        // Drawn from another broker's block: a lower id.
+        cluster.set_next_producer_id(7);
         for _ in 0..=EXHAUSTED_EPOCH {
             let next = t.acquire_epoch("r", LEASE).await.unwrap();
-            assert!(next.supersedes(&last));
+            assert!(next.same_producer(&last) && next.supersedes(&last) || next.producer_id() == 7);
             last = next;
         }
+        assert_eq!(last.producer_id(), 7, "lower than {first}");
         // (id, 32766) was exhausted: the next mint is a fresh id at epoch 0.
         assert_eq!(last.producer_epoch(), 0);
-        assert!(last.producer_id() > first.producer_id());
+        assert_ne!(last.producer_id(), first.producer_id());
     }
 
     #[tokio::test]

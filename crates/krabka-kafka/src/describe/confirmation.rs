@@ -22,6 +22,7 @@ use crate::error::{KafkaError, ResponseError};
 use crate::metadata::TRANSACTION_STATE;
 use crate::observe::StaleReason;
 use crate::state::{ConfirmRequest, Confirmation, Led, Lesson, Named, confirming};
+use krabka_coordination::time::boot_now;
 
 /// What a confirmation says of one id's coordinator.
 #[derive(Clone, Debug)]
@@ -305,10 +306,10 @@ impl Describer<'_> {
         })
     }
 
-    /// Waits for the confirmation of a batch taken at `taken`, within the
-    /// window, and keeps the answers it backs: those of the process on
-    /// `conn` (which answered the describe) that another broker names the
-    /// leader.
+    /// Waits for the confirmation of a batch taken at `taken` (a
+    /// [`boot_now`] instant), within the window, and keeps the answers it
+    /// backs: those of the process on `conn` (which answered the describe)
+    /// that another broker names the leader.
     pub(super) async fn await_confirmation(
         &self,
         answers: &mut HashMap<String, DescribeAnswer>,
@@ -317,7 +318,8 @@ impl Describer<'_> {
         confirmation: Pending,
         taken: Instant,
     ) {
-        let received = tokio::time::timeout_at(taken + CONFIRM_WINDOW, confirmation)
+        let left = CONFIRM_WINDOW.saturating_sub(boot_now().saturating_duration_since(taken));
+        let received = tokio::time::timeout(left, confirmation)
             .await
             .ok()
             .map(|r| {
@@ -327,7 +329,7 @@ impl Describer<'_> {
             });
         let backing = Backing::of(
             received,
-            taken.elapsed(),
+            boot_now().saturating_duration_since(taken),
             coordinator,
             conn.leads().as_deref(),
         );

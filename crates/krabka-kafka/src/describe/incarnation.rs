@@ -31,7 +31,7 @@
 //! that took the partition after it last said what it leads costs a
 //! reconnect.
 
-use tokio::time::Instant;
+use krabka_coordination::time::boot_now;
 
 use super::Describer;
 use super::wire::build_leaders_request;
@@ -81,7 +81,7 @@ impl Describer<'_> {
         if !conn.begin_asking_leads() {
             return;
         }
-        let sent = Instant::now();
+        let sent = boot_now();
         let response = self
             .client
             .call_on(

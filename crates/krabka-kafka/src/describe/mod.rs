@@ -130,8 +130,11 @@
 //!   broker but a batch's coordinator can be asked (the others in
 //!   reconnect backoff), the batch fails at once, retriably.
 //!
-//! **Monotonic answers.** As a second line, a caller may give a floor per id:
-//! the highest pair it has seen from any source. An answer below it comes
+//! **Monotonic answers.** As a second line, a caller may give a floor per id
+//! and producer id: the highest epoch it has seen under that producer id
+//! (Kafka orders the epochs of one producer id, and nothing across them: a
+//! role's next producer id comes from whichever broker's block, lower or
+//! higher). An answer below it comes
 //! from a stale coordinator and is asked again (the id's coordinator looked
 //! up anew), until the deadline.
 
@@ -170,7 +173,8 @@ use super::error::KafkaError;
 use super::observe::StaleReason;
 use super::retry::{Retry, retrying_until};
 use super::state::{Confirmation, DescribeAnswer, DescribeReply, Lesson, Start};
-use krabka_coordination::FencingToken;
+use krabka_coordination::cluster::Floor;
+use krabka_coordination::time::boot_now;
 use wire::{build_describe, parse_describe};
 
 #[cfg(test)]
@@ -178,7 +182,10 @@ pub(crate) use wire::partition_for;
 
 /// The longest time from sending a describe to receiving its confirmation.
 /// Well below Kafka's `broker.heartbeat.interval.ms` (2 s), the least time
-/// a deposed broker needs to get unfenced and lead again.
+/// a deposed broker needs to get unfenced and lead again. Measured on the
+/// clock that counts the time the host was suspended
+/// ([`krabka_coordination::time::boot_now`]): an answer held across a
+/// suspend is as old as the suspend, whatever tokio's clock says.
 pub const CONFIRM_WINDOW: Duration = Duration::from_millis(1500);
 
 /// The one describe path (`KafkaClient::describer`): batched, confirmed
@@ -199,16 +206,16 @@ impl Describer<'_> {
     /// Describes one transactional id within the operation timeout.
     pub async fn describe_transaction(&self, id: &str) -> DescribeAnswer {
         let deadline = Instant::now() + self.client.config().operation_timeout;
-        self.describe_id(id, &|_| None, deadline).await
+        self.describe_id(id, &|_, _| None, deadline).await
     }
 
     /// Describes `id` (batched with every concurrent caller, confirmed,
-    /// retried until `deadline`); an answer below `floor(id)` is stale and
-    /// asked again.
+    /// retried until `deadline`); an answer whose epoch is below
+    /// `floor(id, its producer id)` is stale and asked again.
     pub async fn describe_id(
         &self,
         id: &str,
-        floor: &(dyn Fn(&str) -> Option<FencingToken> + Sync),
+        floor: Floor<'_>,
         deadline: Instant,
     ) -> DescribeAnswer {
         let config = self.client.config();
@@ -224,7 +231,7 @@ impl Describer<'_> {
     pub async fn describe_transactions(
         &self,
         ids: &[String],
-        floor: &(dyn Fn(&str) -> Option<FencingToken> + Sync),
+        floor: Floor<'_>,
         deadline: Instant,
     ) -> HashMap<String, DescribeAnswer> {
         let mut retry = Retry::new("describe transactions", self.client.config(), deadline);
@@ -307,11 +314,7 @@ impl Describer<'_> {
 
     /// One try of `id`: its coordinator, its place in that coordinator's
     /// next batch, the answer.
-    async fn attempt(
-        &self,
-        id: &str,
-        floor: &(dyn Fn(&str) -> Option<FencingToken> + Sync),
-    ) -> DescribeAnswer {
+    async fn attempt(&self, id: &str, floor: Floor<'_>) -> DescribeAnswer {
         self.client.metadata().learn_size().await;
         let broker = self.client.lookup().coordinator(id).await?;
         let answer = self.enqueue(&broker, id);
@@ -326,7 +329,7 @@ impl Describer<'_> {
         id: &str,
         broker: &Broker,
         answer: Answer,
-        floor: &(dyn Fn(&str) -> Option<FencingToken> + Sync),
+        floor: Floor<'_>,
     ) -> DescribeAnswer {
         let answer = answer.await.unwrap_or_else(|_| {
             Err(KafkaError::Internal(
@@ -336,15 +339,15 @@ impl Describer<'_> {
         let Some(d) = &answer else {
             return Ok(answer);
         };
-        let Some(seen) = floor(id).filter(|f| d.token().is_some_and(|t| t < *f)) else {
+        let Some(seen) = floor(id, d.producer_id).filter(|f| d.producer_epoch < *f) else {
             return Ok(answer);
         };
         tracing::warn!(
             id = %id,
             broker = %broker.addr,
             answered = %format!("{}:{}", d.producer_id, d.producer_epoch),
-            seen = %seen,
-            "a coordinator answered a pair below one already seen; asking again"
+            seen = %format!("{}:{seen}", d.producer_id),
+            "a coordinator answered an epoch below one already seen under its producer id; asking again"
         );
         if let Some(observer) = self.client.observer() {
             observer.stale_answer(StaleReason::BelowHighWater);
@@ -356,8 +359,8 @@ impl Describer<'_> {
         Err(KafkaError::Stale {
             addr: broker.addr.clone(),
             reason: format!(
-                "answered {}:{} for {id:?} after {seen} was seen",
-                d.producer_id, d.producer_epoch
+                "answered {}:{} for {id:?} after {}:{seen} was seen",
+                d.producer_id, d.producer_epoch, d.producer_id
             ),
         })
     }
@@ -433,8 +436,9 @@ impl Describer<'_> {
     /// confirmation stream unless the cluster is one broker; its
     /// answers wait for the confirmation in a task of their own.
     async fn describe_batch(&self, coordinator: &Broker, batch: Vec<(String, DescribeReply)>) {
-        // Every check of the batch arrived before this instant.
-        let taken = Instant::now();
+        // Every check of the batch arrived before this instant (on the clock
+        // that counts suspends: the window must).
+        let taken = boot_now();
         let ids = distinct(&batch);
         // A broker in reconnect backoff fails here, before a confirmation
         // is spent on it.

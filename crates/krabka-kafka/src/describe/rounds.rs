@@ -36,6 +36,7 @@ use crate::client::KafkaClient;
 use crate::config::Broker;
 use crate::error::KafkaError;
 use crate::state::{ConfirmRequest, IN_FLIGHT};
+use krabka_coordination::time::boot_now;
 
 /// The loop, and what it keeps from one round to the next.
 pub(super) struct Rounds {
@@ -149,8 +150,9 @@ impl Rounds {
             self.client.state().describes(),
             self.client.state().confirms(),
         );
-        // Every check of these batches arrived before this instant.
-        let taken = Instant::now();
+        // Every check of these batches arrived before this instant (on the
+        // clock that counts suspends: the window must).
+        let taken = boot_now();
         let mut batches = Vec::with_capacity(ready.len());
         let mut checks = 0;
         for (coordinator, _) in ready {

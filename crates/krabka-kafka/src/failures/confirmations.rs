@@ -486,7 +486,7 @@ async fn a_new_client_bootstrapped_from_a_cut_off_broker_never_takes_its_answer_
         let deadline = Instant::now() + Duration::from_secs(5);
         let answers = fresh
             .describer()
-            .describe_transactions(&ids, &|_| None, deadline)
+            .describe_transactions(&ids, &|_, _| None, deadline)
             .await;
         for id in &ids {
             let d = answers[id].as_ref().unwrap().as_ref().unwrap();
@@ -633,4 +633,67 @@ async fn a_process_replaced_behind_its_node_id_is_never_confirmed() {
     // Lone ids and many at once alike.
     let ids: Vec<String> = (0..4).map(|i| format!("r{i}")).collect();
     all_described_as(&client, &ids, (7, 2)).await;
+}
+
+/// Issue 44 (4): the host of the client is suspended (a VM paused, a laptop
+/// asleep) while a coordinator's answer is on its way, before another
+/// broker's confirmation of it arrives. tokio's clock (CLOCK_MONOTONIC)
+/// does not count the suspend; the window must: the coordinator may have
+/// been deposed and elected again meanwhile, and its answer (the deposed
+/// 7:1 here) is as old as the suspend. Before, the window was measured on
+/// tokio's clock and the answer was confirmed.
+#[tokio::test]
+async fn an_answer_held_across_a_suspend_of_the_host_is_not_confirmed() {
+    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let describes = Arc::new(AtomicUsize::new(0));
+    let script = |me: i32| {
+        let (addrs, describes) = (addrs.clone(), describes.clone());
+        Arc::new(move |header: &RequestHeader, body: Bytes| {
+            let addrs = addrs.lock().unwrap().clone();
+            let list: Vec<(i32, &str)> = (0..).zip(addrs.iter().map(String::as_str)).collect();
+            match ApiKey::try_from(header.request_api_key).unwrap() {
+                ApiKey::Metadata => {
+                    let partitions = [(0, 1, 3)];
+                    let topic = Some(("__transaction_state", &partitions[..]));
+                    Some(answer(header, &metadata(&list, topic)))
+                }
+                ApiKey::FindCoordinator => Some(answer(
+                    header,
+                    &naming(request(header.request_api_version, body), |_| {
+                        (1, &addrs[1])
+                    }),
+                )),
+                ApiKey::DescribeTransactions if me == 1 => {
+                    let first = describes.fetch_add(1, Ordering::SeqCst) == 0;
+                    if first {
+                        // The client's host sleeps 5 s as this answer goes
+                        // out (this test's runtime runs on one thread,
+                        // whose clocks the suspend moves).
+                        krabka_coordination::time::simulate_suspend(Duration::from_secs(5));
+                    }
+                    let pair = if first { (7, 1) } else { (7, 2) };
+                    Some(described(header, body, pair, "Empty"))
+                }
+                _ => None,
+            }
+        }) as crate::fake::Script
+    };
+    let brokers = [
+        FakeBroker::start(script(0)).await,
+        FakeBroker::start(script(1)).await,
+    ];
+    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+    let client = client(&[&brokers[0].addr]);
+    let d = client
+        .describer()
+        .describe_transaction("r")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (d.producer_id, d.producer_epoch),
+        (7, 2),
+        "the answer held across the suspend was used"
+    );
+    assert_eq!(brokers[1].requests(ApiKey::DescribeTransactions).len(), 2);
 }

@@ -209,7 +209,7 @@ pub(super) async fn stale_answer_confirmed_before_the_check_arrived(ids: &[&str]
         let deadline = Instant::now() + Duration::from_secs(8);
         let answers = client
             .describer()
-            .describe_transactions(&ids, &|_| None, deadline)
+            .describe_transactions(&ids, &|_, _| None, deadline)
             .await;
         ids.iter()
             .map(|id| {
@@ -260,7 +260,7 @@ pub(super) async fn all_described_as(client: &KafkaClient, ids: &[String], pair:
     let deadline = Instant::now() + Duration::from_secs(8);
     let answers = client
         .describer()
-        .describe_transactions(ids, &|_| None, deadline)
+        .describe_transactions(ids, &|_, _| None, deadline)
         .await;
     for id in ids {
         let d = answers[id].as_ref().unwrap().as_ref().unwrap();

@@ -1,6 +1,7 @@
 //! Partition reads: the leader epoch, and a deposed leader's reads never fresher than its last confirmation.
 
 use super::*;
+use krabka_coordination::time::boot_now;
 
 #[tokio::test]
 async fn a_fetch_carries_the_leader_epoch_and_a_fenced_epoch_moves_it_to_the_new_leader() {
@@ -157,7 +158,8 @@ async fn reads_of_a_deposed_leader_are_never_fresher_than_its_last_confirmation(
     }
     // The leader is deposed, and for a while no other broker can say so:
     // broker 1's reads go on, none claiming a later instant.
-    let deposed = Instant::now();
+    // Reads' instants count suspends (`boot_now`); waits go by tokio's.
+    let (deposed, deposed_at) = (Instant::now(), boot_now());
     silent.store(true, Ordering::SeqCst);
     moved.store(true, Ordering::SeqCst);
     let mut unconfirmed = 0;
@@ -169,9 +171,9 @@ async fn reads_of_a_deposed_leader_are_never_fresher_than_its_last_confirmation(
         unconfirmed += 1;
         if let Some(at) = as_of(update) {
             assert!(
-                at <= deposed,
+                at <= deposed_at,
                 "a read complete {:?} after the move",
-                at - deposed
+                at - deposed_at
             );
         }
     }
@@ -200,7 +202,7 @@ async fn reads_of_a_deposed_leader_are_never_fresher_than_its_last_confirmation(
     let resumed = Instant::now();
     loop {
         let update = tokio::time::timeout(five, reads.recv()).await.unwrap();
-        if as_of(update.unwrap()).is_some_and(|at| at > deposed) {
+        if as_of(update.unwrap()).is_some_and(|at| at > deposed_at) {
             break;
         }
         assert!(
@@ -323,12 +325,12 @@ async fn reads_behind_a_hanging_transaction_are_complete_only_as_of_when_it_bega
     };
     let fresh = |at: Option<Instant>, after: Instant| at.is_some_and(|at| at >= after);
     // Nothing open: each read is complete as of its own fetch.
-    let before = Instant::now();
-    while !fresh(next().await, before) {
+    let (before, before_at) = (Instant::now(), boot_now());
+    while !fresh(next().await, before_at) {
         assert!(before.elapsed() < Duration::from_secs(5), "never complete");
     }
     // A transaction opens at 3 and hangs while the high watermark grows.
-    let opened = Instant::now();
+    let (opened, opened_at) = (Instant::now(), boot_now());
     let mut held = 0;
     for hw in 4..=9 {
         *ends.lock().unwrap() = (3, hw);
@@ -339,9 +341,9 @@ async fn reads_behind_a_hanging_transaction_are_complete_only_as_of_when_it_bega
             if began.elapsed() > Duration::from_millis(100) {
                 let at = at.expect("complete as of before the transaction");
                 assert!(
-                    at <= opened,
+                    at <= opened_at,
                     "a read complete {:?} after the transaction began",
-                    at - opened
+                    at - opened_at
                 );
                 held += 1;
             }
@@ -350,7 +352,7 @@ async fn reads_behind_a_hanging_transaction_are_complete_only_as_of_when_it_bega
     // Held back past HELD_BACK_WARN: said once, at warn.
     while opened.elapsed() < Duration::from_millis(5_500) {
         let at = next().await.expect("complete as of before the transaction");
-        assert!(at <= opened);
+        assert!(at <= opened_at);
     }
     let held_back = "holds the partition's last stable offset back";
     assert_eq!(
@@ -361,8 +363,8 @@ async fn reads_behind_a_hanging_transaction_are_complete_only_as_of_when_it_bega
     );
     // It ends: complete again as of the reads after it.
     *ends.lock().unwrap() = (9, 9);
-    let ended = Instant::now();
-    while !fresh(next().await, ended) {
+    let (ended, ended_at) = (Instant::now(), boot_now());
+    while !fresh(next().await, ended_at) {
         assert!(
             ended.elapsed() < Duration::from_secs(5),
             "never complete again"

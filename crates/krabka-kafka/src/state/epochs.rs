@@ -33,6 +33,10 @@
 //!   that leaves those out (another topic list, a topic without its
 //!   partitions) says nothing of them: a cut-off broker was seen caught up by
 //!   one, and asked for lookups again while still cut off.
+//!
+//! Every instant here but a probe's gate is a [`boot_now`] instant (the
+//! callers' send instants too): the grace and the confirmations are
+//! measured on the clock that counts the time the host was suspended.
 //! - **Confirmed.** An answer of a current broker Y naming broker L leader
 //!   of a partition at the newest epoch, Y ≠ L, confirms that L led the
 //!   partition when the request was sent. A read from L under that epoch is
@@ -50,6 +54,7 @@ use super::view::MetadataAnswer;
 use crate::backoff::{Backoff, Gate, Jitter};
 use crate::error::ResponseError;
 use krabka_coordination::sync::lock;
+use krabka_coordination::time::boot_now;
 
 /// How long after another broker reported a newer leader epoch a broker may
 /// still report the older one without being stale: brokers apply a
@@ -145,7 +150,7 @@ impl Epochs {
         answer: &mut MetadataAnswer,
         addr_of: &HashMap<i32, String>,
     ) -> Judgement {
-        let now = Instant::now();
+        let now = boot_now();
         let mut inner = lock(&self.inner);
         let behind = answer.topics.iter().find_map(|(topic, meta)| {
             meta.partitions.iter().find_map(|p| {
@@ -265,7 +270,7 @@ impl Epochs {
             return false;
         }
         let mut probe = Gate::new(self.backoff.clone());
-        probe.shut(now);
+        probe.shut(Instant::now());
         inner.stale.insert(
             addr.to_owned(),
             Behind {
@@ -347,7 +352,7 @@ impl Epochs {
             .newest
             .get(&(topic.to_owned(), partition))
             .and_then(|n| n.confirmed)
-            .is_some_and(|at| at.elapsed() < within)
+            .is_some_and(|at| boot_now().saturating_duration_since(at) < within)
     }
 
     /// Forgets everything (another cluster).
@@ -402,7 +407,7 @@ mod tests {
         epochs.judge(
             &format!("b:{from}"),
             Some(from),
-            Instant::now(),
+            boot_now(),
             &mut answer,
             &addrs(),
         )
@@ -499,7 +504,7 @@ mod tests {
         judge(&epochs, 2, &[(0, 3, 5), (1, 2, 7)]);
         tokio::time::advance(LAG_GRACE - Duration::from_millis(1)).await;
         let mut lagging = answer(&[(0, 1, 4), (1, 2, 7)]);
-        let judged = epochs.judge("b:3", Some(3), Instant::now(), &mut lagging, &addrs());
+        let judged = epochs.judge("b:3", Some(3), boot_now(), &mut lagging, &addrs());
         assert_eq!(judged, current(), "broker 3 lags by a record");
         let p0 = &lagging.topics[0].1.partitions[0];
         assert_eq!(
@@ -532,15 +537,15 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn another_broker_confirms_a_leader_as_of_its_request() {
         let epochs = epochs();
-        let t0 = Instant::now();
+        let t0 = boot_now();
         // The leader's own answer confirms nothing.
         judge(&epochs, 1, &[(0, 1, 4)]);
         assert_eq!(epochs.complete_as_of("t", 0, 4, t0), None);
         tokio::time::advance(Duration::from_secs(1)).await;
-        let confirmed = Instant::now();
+        let confirmed = boot_now();
         judge(&epochs, 2, &[(0, 1, 4)]);
         tokio::time::advance(Duration::from_secs(1)).await;
-        let read = Instant::now();
+        let read = boot_now();
         assert_eq!(
             epochs.complete_as_of("t", 0, 4, read),
             Some(confirmed),

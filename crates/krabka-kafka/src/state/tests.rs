@@ -34,7 +34,7 @@ fn learn_metadata(state: &ClusterState, from: &str, answer: MetadataAnswer) {
     state.learn(Lesson::Metadata {
         answer,
         from,
-        sent: Instant::now(),
+        sent: krabka_coordination::time::boot_now(),
     });
 }
 

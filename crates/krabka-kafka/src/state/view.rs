@@ -147,6 +147,8 @@ struct View {
     brokers: HashMap<i32, String>,
     topics: HashMap<String, (TopicMeta, Instant)>,
     cluster_id: Option<Arc<str>>,
+    /// Times the cluster id changed from a known one to another.
+    cluster_changes: u64,
     /// The cluster's size as answers have shown it: coordinators can move
     /// unless it is one broker.
     size: Size,
@@ -164,6 +166,7 @@ impl View {
         let id = id?;
         let changed = match &self.cluster_id {
             Some(old) if old != id => {
+                self.cluster_changes += 1;
                 self.topics.clear();
                 self.brokers.clear();
                 self.size = Size::Unknown;
@@ -306,6 +309,11 @@ impl Metadata {
     /// The address of broker `id`, if it is known.
     pub(crate) fn broker_addr(&self, id: i32) -> Option<String> {
         read(&self.view).brokers.get(&id).cloned()
+    }
+
+    /// How many times the cluster id changed from a known one to another.
+    pub(crate) fn cluster_changes(&self) -> u64 {
+        read(&self.view).cluster_changes
     }
 
     /// The cluster's id, once known.

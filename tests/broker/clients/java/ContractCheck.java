@@ -52,10 +52,11 @@ public final class ContractCheck {
 
     CheckAuthority200Response a = api.checkAuthority(role, good);
     expect("single authoritative is a typed 200", a != null, a);
-    expect("its verdict, token and current pair",
+    expect("its verdict, token, current pair and cluster",
         a.getVerdict() == CheckAuthority200Response.VerdictEnum.AUTHORITATIVE
             && good.equals(a.getToken()) && good.equals(a.getCurrent())
-            && role.equals(a.getRole()) && Boolean.FALSE.equals(a.getCached()), a);
+            && role.equals(a.getRole()) && Boolean.FALSE.equals(a.getCached())
+            && a.getCluster() != null && !a.getCluster().isEmpty(), a);
 
     try {
       api.checkAuthority(role, old);
@@ -63,9 +64,10 @@ public final class ContractCheck {
     } catch (ApiException e) {
       CheckAuthority409Response s = problem(client, e, 409, CheckAuthority409Response.class);
       expect("single superseded is a typed 409", s != null, s);
-      expect("it names the current pair",
+      expect("it names the current pair, which superseded the token",
           s.getVerdict() == CheckAuthority409Response.VerdictEnum.SUPERSEDED
-              && old.equals(s.getToken()) && good.equals(s.getCurrent()), s);
+              && old.equals(s.getToken()) && good.equals(s.getCurrent())
+              && s.getSupersededBy() != null && good.equals(s.getSupersededBy().getPair()), s);
     }
 
     try {
@@ -91,7 +93,8 @@ public final class ContractCheck {
     Object second = b.getResults().get(1).getActualInstance();
     expect("batch item 2 superseded", second instanceof BatchVerdict v
         && v.getStatus() == BatchVerdict.StatusEnum.NUMBER_409
-        && v.getVerdict() == Verdict.SUPERSEDED && good.equals(v.getCurrent()), second);
+        && v.getVerdict() == Verdict.SUPERSEDED && v.getSupersededBy() != null
+        && good.equals(v.getSupersededBy().getPair()), second);
     Object third = b.getResults().get(2).getActualInstance();
     expect("batch item 3 a 400 problem", third instanceof BatchProblem p
         && p.getStatus() == BatchProblem.StatusEnum.NUMBER_400

@@ -40,12 +40,12 @@ def main():
     r = check_authority.sync_detailed(role, client=client, token=good)
     p = r.parsed
     expect("single authoritative is a typed 200", r.status_code == 200 and isinstance(p, CheckAuthorityResponse200), (r.status_code, p))
-    expect("its verdict, token and current pair", (value(p.verdict), p.token, p.current, p.role, p.cached) == ("authoritative", good, good, role, False), p)
+    expect("its verdict, token, current pair and cluster", (value(p.verdict), p.token, p.current, p.role, p.cached) == ("authoritative", good, good, role, False) and p.cluster, p)
 
     r = check_authority.sync_detailed(role, client=client, token=old)
     p = r.parsed
     expect("single superseded is a typed 409", r.status_code == 409 and isinstance(p, CheckAuthorityResponse409), (r.status_code, p))
-    expect("it names the current pair", (value(p.verdict), p.token, p.current) == ("superseded", old, good), p)
+    expect("it names the current pair, which superseded the token", (value(p.verdict), p.token, p.current, p.superseded_by.pair) == ("superseded", old, good, good), p)
 
     r = check_authority.sync_detailed(role, client=client, token="1:-1")
     p = r.parsed
@@ -58,7 +58,8 @@ def main():
     expect("batch is a typed 200", r.status_code == 200 and isinstance(p, BatchResponse) and len(p.results) == 3, (r.status_code, p))
     first, second, third = p.results
     expect("batch item 1 authoritative", isinstance(first, BatchVerdict) and (value(first.status), value(first.verdict), first.current) == (200, "authoritative", good), first)
-    expect("batch item 2 superseded", isinstance(second, BatchVerdict) and (value(second.status), value(second.verdict), second.current) == (409, "superseded", good), second)
+    # Answered from the service's cache by now: no current pair, the pair that superseded it.
+    expect("batch item 2 superseded", isinstance(second, BatchVerdict) and (value(second.status), value(second.verdict), second.superseded_by.pair) == (409, "superseded", good), second)
     expect("batch item 3 a 400 problem", isinstance(third, BatchProblem) and (value(third.status), third.problem.field, third.token) == (400, "token", "nope"), third)
 
 
