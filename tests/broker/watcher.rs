@@ -213,16 +213,24 @@ struct Sse {
 
 #[derive(Debug, Clone)]
 struct SseEvent {
-    id: Option<i64>,
+    /// `<offset>@<cluster id>`.
+    id: Option<String>,
     event: String,
     data: Value,
 }
 
+impl SseEvent {
+    /// The offset its id names.
+    fn offset(&self) -> Option<i64> {
+        self.id.as_deref()?.split('@').next()?.parse().ok()
+    }
+}
+
 impl Sse {
-    async fn open(url: &str, last_event_id: Option<i64>) -> Sse {
+    async fn open(url: &str, last_event_id: Option<&str>) -> Sse {
         let mut request = reqwest::Client::new().get(url);
         if let Some(id) = last_event_id {
-            request = request.header("last-event-id", id.to_string());
+            request = request.header("last-event-id", id);
         }
         let response = request.send().await.unwrap();
         assert_eq!(response.status(), 200);
@@ -246,7 +254,7 @@ impl Sse {
                 let mut data = String::new();
                 for line in block.lines() {
                     if let Some(v) = line.strip_prefix("id:") {
-                        event.id = v.trim().parse().ok();
+                        event.id = Some(v.trim().to_owned());
                     } else if let Some(v) = line.strip_prefix("event:") {
                         event.event = v.trim().to_owned();
                     } else if let Some(v) = line.strip_prefix("data:") {
@@ -288,7 +296,12 @@ async fn a_resumed_event_stream_delivers_every_change_in_between() {
     let first = stream.next(Duration::from_secs(5)).await.expect("an event");
     assert_eq!(first.event, "registered");
     assert_eq!(first.data["member"], "x");
-    let last_seen = first.id.expect("an id");
+    let last_id = first.id.clone().expect("an id");
+    assert!(
+        last_id.contains('@'),
+        "an offset of a named cluster: {last_id}"
+    );
+    let last_seen = first.offset().expect("an offset");
     drop(stream); // the client disconnects
 
     // Changes while disconnected: registrations, a holder, renewals.
@@ -300,7 +313,7 @@ async fn a_resumed_event_stream_delivers_every_change_in_between() {
     tokio::time::sleep(Duration::from_millis(1200)).await;
     drop(holder);
 
-    let mut resumed = Sse::open(&url, Some(last_seen)).await;
+    let mut resumed = Sse::open(&url, Some(&last_id)).await;
     let mut got = Vec::new();
     while let Some(e) = resumed.next(Duration::from_secs(2)).await {
         assert_ne!(e.event, "reset", "the history covers the gap: {e:?}");
@@ -321,7 +334,7 @@ async fn a_resumed_event_stream_delivers_every_change_in_between() {
         })
         .map(|r| r.offset)
         .collect();
-    let ids: Vec<i64> = got.iter().filter_map(|e| e.id).collect();
+    let ids: Vec<i64> = got.iter().filter_map(SseEvent::offset).collect();
     eprintln!(
         "resumed after {last_seen}: {} events {:?}",
         ids.len(),
@@ -346,11 +359,7 @@ async fn a_resumed_event_stream_delivers_every_change_in_between() {
     // current roster) instead of a silent gap.
     let late = start(watcher_config(&topic)).await;
     ready(&late).await;
-    let mut old = Sse::open(
-        &format!("{}/roles/{role}/events", late.url),
-        Some(last_seen),
-    )
-    .await;
+    let mut old = Sse::open(&format!("{}/roles/{role}/events", late.url), Some(&last_id)).await;
     let e = old.next(Duration::from_secs(5)).await.unwrap();
     assert_eq!(e.event, "reset");
     assert_eq!(e.data["role"], role);

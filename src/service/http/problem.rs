@@ -182,9 +182,9 @@ impl From<NotReady> for ApiError {
         let detail = format!("the roster views are not ready: {e}");
         match e {
             NotReady::Topic { .. } => ApiError::TopicUnavailable(detail),
-            NotReady::CatchingUp { .. } | NotReady::Unconfirmed { .. } => {
-                ApiError::ViewsNotReady(detail)
-            }
+            NotReady::CatchingUp { .. }
+            | NotReady::Unconfirmed { .. }
+            | NotReady::ClusterChanged => ApiError::ViewsNotReady(detail),
         }
     }
 }

@@ -6,6 +6,13 @@
 //! longer reaches back that far (or the service restarted), it gets a
 //! `reset` event carrying the whole current roster instead, so it never
 //! silently misses a change. A new stream starts with a `snapshot` event.
+//!
+//! Ids name the cluster too (`<offset>@<cluster id>`): a cluster rebuilt
+//! behind the bootstrap servers numbers its offsets from 0 again. An id of
+//! another cluster (or a bare offset, whose cluster cannot be told) gets a
+//! `reset`; a stream open while another cluster starts to answer gets one
+//! as soon as the new cluster's partition is read, and nothing of the old
+//! cluster after it.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -26,9 +33,20 @@ use crate::service::state::AppState;
 use crate::service::watch::RoleEvent;
 use crate::service::watch::roster::roster;
 
-fn change(event: &RoleEvent) -> Event {
+/// An event's id: the offset it reflects and the cluster whose topic holds
+/// it (`<offset>@<cluster id>`). A cluster rebuilt behind the same
+/// addresses numbers its offsets from 0 again: an id of another cluster
+/// cannot be resumed from.
+fn id(offset: i64, cluster: Option<&str>) -> String {
+    match cluster {
+        Some(cluster) => format!("{offset}@{cluster}"),
+        None => offset.to_string(),
+    }
+}
+
+fn change(event: &RoleEvent, cluster: Option<&str>) -> Event {
     Event::default()
-        .id(event.offset.to_string())
+        .id(id(event.offset, cluster))
         .event(event.kind.as_str())
         .json_data(event)
         .unwrap_or_else(|_| Event::default().comment("unserializable event"))
@@ -36,14 +54,14 @@ fn change(event: &RoleEvent) -> Event {
 
 /// A `snapshot` or `reset` event: the whole roster, with the id of the
 /// last offset it includes (so resuming from it misses nothing).
-fn whole(state: &AppState, role: &str, name: &str) -> (Event, i64) {
+fn whole(state: &AppState, role: &str, name: &str, cluster: Option<&str>) -> (Event, i64) {
     let stagger = state.stagger_ms();
     match state.watcher.role(role) {
         Ok(Some(view)) => {
             let last = view.offset - 1;
             let body = roster(&view, state.clock.now_ms(), stagger);
             let event = Event::default()
-                .id(last.to_string())
+                .id(id(last, cluster))
                 .event(name)
                 .json_data(&body)
                 .unwrap_or_else(|_| Event::default().comment("unserializable roster"));
@@ -56,9 +74,10 @@ fn whole(state: &AppState, role: &str, name: &str) -> (Event, i64) {
             )),
             -1,
         ),
-        // Not caught up (cannot happen once a stream started: a partition
-        // never falls back from caught up). Data, not a comment: a comment
-        // must not hold a newline, and clients ignore data-less events.
+        // Not caught up (cannot happen once a stream started, but after
+        // another cluster answered: then no reset is sent before the new
+        // one is read). Data, not a comment: a comment must not hold a
+        // newline, and clients ignore data-less events.
         Err(why) => (
             Event::default().event(name).data(
                 serde_json::json!({ "role": role, "roster": null, "reason": why.to_string() })
@@ -69,30 +88,61 @@ fn whole(state: &AppState, role: &str, name: &str) -> (Event, i64) {
     }
 }
 
+/// How often a stream whose cluster was replaced looks whether the new
+/// one's partition is read, to send its `reset`.
+const SWITCH_LOOK: std::time::Duration = std::time::Duration::from_millis(100);
+
 struct Feed {
     state: Arc<AppState>,
     role: String,
-    live: broadcast::Receiver<RoleEvent>,
+    live: broadcast::Receiver<(u64, RoleEvent)>,
+    readings: watch::Receiver<u64>,
     closing: watch::Receiver<bool>,
     pending: VecDeque<Event>,
     last: i64,
+    /// The watcher's reading `last` counts offsets in, and its cluster;
+    /// `None` once another cluster answered, until the new one's `reset`
+    /// is sent.
+    reading: Option<(u64, Option<Arc<str>>)>,
 }
 
 impl Feed {
+    fn cluster(&self) -> Option<&str> {
+        self.reading.as_ref().and_then(|(_, c)| c.as_deref())
+    }
+
+    /// The reading under way now, and its cluster.
+    fn current(&self) -> (u64, Option<Arc<str>>) {
+        (*self.readings.borrow(), self.state.watcher.cluster())
+    }
+
     /// Queues what the client missed after `self.last`: the kept changes,
     /// or a reset when they do not reach back that far.
     fn catch_up(&mut self) {
         let (missed, complete) = self.state.watcher.history(&self.role, self.last);
         if complete {
             for e in &missed {
-                self.pending.push_back(change(e));
+                self.pending.push_back(change(e, self.cluster()));
                 self.last = self.last.max(e.offset);
             }
         } else {
-            let (event, last) = whole(&self.state, &self.role, "reset");
-            self.pending.push_back(event);
-            self.last = self.last.max(last);
+            self.reset();
         }
+    }
+
+    /// Queues a `reset` with the whole roster of the reading under way.
+    fn reset(&mut self) {
+        self.reading = Some(self.current());
+        let (event, last) = whole(&self.state, &self.role, "reset", self.cluster());
+        self.pending.push_back(event);
+        self.last = last;
+    }
+
+    /// Another cluster answers: what the client knows is of the old one.
+    /// The `reset` follows once the new cluster's partition is read.
+    fn switched(&mut self) {
+        self.reading = None;
+        self.last = -1;
     }
 
     async fn next(mut self) -> Option<(Result<Event, Infallible>, Feed)> {
@@ -100,55 +150,122 @@ impl Feed {
             if let Some(event) = self.pending.pop_front() {
                 return Some((Ok(event), self));
             }
+            // Another cluster answered: its reset once its partition is read.
+            if self.reading.is_none() && self.state.watcher.role(&self.role).is_ok() {
+                self.reset();
+                continue;
+            }
             let received = {
+                let switching = self.reading.is_none();
                 let closing = &mut self.closing;
                 let live = &mut self.live;
+                let readings = &mut self.readings;
                 tokio::select! {
                     () = async { let _ = closing.wait_for(|c| *c).await; } => return None,
-                    received = live.recv() => received,
+                    received = live.recv() => Some(received),
+                    _ = readings.changed() => None,
+                    () = tokio::time::sleep(SWITCH_LOOK), if switching => None,
                 }
             };
+            let Some(received) = received else {
+                if self
+                    .reading
+                    .as_ref()
+                    .is_some_and(|(r, _)| *r < *self.readings.borrow())
+                {
+                    self.switched();
+                }
+                continue;
+            };
             match received {
-                Ok(e) if e.role == self.role && e.offset > self.last => {
+                // A later reading's (an old one's are dropped with it).
+                Ok((reading, _)) if self.reading.as_ref().is_some_and(|(r, _)| *r < reading) => {
+                    self.switched();
+                }
+                Ok((reading, e))
+                    if self.reading.as_ref().is_some_and(|(r, _)| *r == reading)
+                        && e.role == self.role
+                        && e.offset > self.last =>
+                {
                     self.last = e.offset;
-                    return Some((Ok(change(&e)), self));
+                    let event = change(&e, self.cluster());
+                    return Some((Ok(event), self));
                 }
                 Ok(_) => {}
-                Err(RecvError::Lagged(_)) => self.catch_up(),
+                Err(RecvError::Lagged(_)) if self.reading.is_some() => self.catch_up(),
+                Err(RecvError::Lagged(_)) => {}
                 Err(RecvError::Closed) => return None,
             }
         }
     }
 }
 
+/// Where a stream resumes: after an offset of the cluster read now, or
+/// from a `reset`.
 fn feed(
     state: Arc<AppState>,
     role: String,
-    last_event_id: Option<i64>,
+    last_event_id: Option<LastEventId>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     // Subscribe before reading history or state: no change falls between.
     let live = state.watcher.subscribe();
+    let readings = state.watcher.readings();
     let closing = state.closing.subscribe();
     let mut feed = Feed {
         state,
         role,
         live,
+        readings,
         closing,
         pending: VecDeque::new(),
         last: -1,
+        reading: None,
     };
+    let now = feed.current();
     match last_event_id {
-        Some(last) => {
-            feed.last = last;
+        // Resumed in the cluster read now: the changes after it.
+        Some(LastEventId {
+            offset,
+            cluster: Some(cluster),
+        }) if now.1.as_deref() == Some(cluster.as_str()) => {
+            feed.reading = Some(now);
+            feed.last = offset;
             feed.catch_up();
         }
+        // An offset of another cluster, or of one not named: it cannot be
+        // resumed from.
+        Some(_) => feed.reset(),
         None => {
-            let (event, last) = whole(&feed.state, &feed.role, "snapshot");
+            feed.reading = Some(now);
+            let (event, last) = whole(&feed.state, &feed.role, "snapshot", feed.cluster());
             feed.pending.push_back(event);
             feed.last = last;
         }
     }
     futures::stream::unfold(feed, Feed::next)
+}
+
+/// A `Last-Event-ID`: `<offset>@<cluster id>` as this service writes ids,
+/// or a bare offset (of a cluster it cannot tell).
+#[derive(Debug, PartialEq, Eq)]
+struct LastEventId {
+    offset: i64,
+    cluster: Option<String>,
+}
+
+impl LastEventId {
+    fn parse(text: &str) -> Option<LastEventId> {
+        let (offset, cluster) = match text.split_once('@') {
+            Some((offset, cluster)) => (offset, Some(cluster)),
+            None => (text, None),
+        };
+        let offset = offset.parse::<i64>().ok().filter(|o| *o >= -1)?;
+        let cluster = match cluster {
+            Some(c) if c.is_empty() || !c.bytes().all(|b| b.is_ascii_graphic()) => return None,
+            c => c.map(str::to_owned),
+        };
+        Some(LastEventId { offset, cluster })
+    }
 }
 
 /// `GET /roles/{role}/events`.
@@ -162,12 +279,12 @@ pub(crate) async fn role_events(
         .map(|v| v.to_str().map(str::trim))
     {
         None => None,
-        Some(Ok(text)) => match text.parse::<i64>() {
-            Ok(id) if id >= -1 => Some(id),
-            _ => {
+        Some(Ok(text)) => match LastEventId::parse(text) {
+            Some(id) => Some(id),
+            None => {
                 return Err(ApiError::invalid(
                     "Last-Event-ID",
-                    format!("{text:?} is not an event id (an offset)"),
+                    format!("{text:?} is not an event id (<offset>@<cluster id>)"),
                 ));
             }
         },

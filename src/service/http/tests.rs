@@ -655,6 +655,147 @@ async fn a_view_grows_old_on_a_clock_that_never_steps_back() {
     );
 }
 
+/// Issue 44 (6): `GET /roles` is as old as its oldest partition, listed
+/// roles or not (before: the listed roles' only, 0 ms for an empty list),
+/// and a 404 says how old the view is that holds no record of the role
+/// (before: no age at all).
+#[tokio::test]
+async fn a_list_and_a_missing_role_say_how_old_their_views_are() {
+    let rig = rig();
+    let member = rig.cluster.transport();
+    member.register("orders", "node-1", 1).await.unwrap();
+    let listed = crate::coordination::role_partition("orders", 4).unwrap();
+    let (absent, quiet) = (0..)
+        .map(|i| format!("absent-{i}"))
+        .find_map(|r| {
+            let p = crate::coordination::role_partition(&r, 4).unwrap();
+            (p != listed).then_some((r, p))
+        })
+        .unwrap();
+    eventually(FIVE_S, "the list", async || {
+        let (status, headers, _) = call(&rig.app, get("/roles")).await;
+        (status == StatusCode::OK && headers.contains_key("x-krabka-view-age-ms")).then_some(())
+    })
+    .await;
+    rig.cluster.set_leader_unconfirmed(quiet, true);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    rig.clock.advance(Duration::from_secs(10));
+    let age = |headers: &HeaderMap| -> u64 {
+        headers["x-krabka-view-age-ms"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (status, headers, body) = call(&rig.app, get("/roles")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["roles"].as_array().unwrap().len(), 1, "{body}");
+    assert!(
+        age(&headers) >= 10_000,
+        "partition {quiet}, which lists nothing, is old"
+    );
+    let (status, headers, _) = call(&rig.app, get(&format!("/roles/{absent}"))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(age(&headers) >= 10_000, "no record, as of a view 10 s old");
+}
+
+/// The events of an open stream, as (event, id) by `next`.
+struct Events(
+    futures::stream::BoxStream<'static, Result<bytes::Bytes, axum::Error>>,
+    String,
+);
+
+impl Events {
+    async fn open(app: &Router, last_event_id: Option<&str>) -> Events {
+        let mut request = get("/roles/orders/events");
+        if let Some(id) = last_event_id {
+            request
+                .headers_mut()
+                .insert("last-event-id", id.parse().unwrap());
+        }
+        let response = app.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        Events(
+            Box::pin(response.into_body().into_data_stream()),
+            String::new(),
+        )
+    }
+
+    /// The next event's type and id (keep-alive comments skipped).
+    async fn next(&mut self) -> (String, Option<String>) {
+        use futures::StreamExt;
+        loop {
+            if let Some(end) = self.1.find("\n\n") {
+                let frame: String = self.1.drain(..end + 2).collect();
+                let field = |name: &str| {
+                    frame
+                        .lines()
+                        .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
+                };
+                if let Some(event) = field("event:") {
+                    return (event, field("id:"));
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(FIVE_S, self.0.next())
+                .await
+                .expect("an event within 5 s")
+                .expect("the stream goes on")
+                .unwrap();
+            self.1.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
+/// Issue 44 (5): another cluster answers behind the bootstrap servers (one
+/// rebuilt there). From that instant no view of the old cluster is shown
+/// (before: until the next --poll-interval, with ages the new cluster's
+/// confirmations made fresh), an open stream gets a `reset` of the new
+/// cluster (before: nothing, and events at or below its last offset were
+/// dropped), and an id of the old cluster resumes nothing.
+#[tokio::test]
+async fn another_cluster_drops_the_old_views_at_once_and_resets_every_stream() {
+    let rig = rig();
+    let member = rig.cluster.transport();
+    member.register("orders", "node-1", 1).await.unwrap();
+    eventually(FIVE_S, "the view of orders", async || {
+        (call(&rig.app, get("/roles/orders")).await.0 == StatusCode::OK).then_some(())
+    })
+    .await;
+    let mut stream = Events::open(&rig.app, None).await;
+    let (event, id) = stream.next().await;
+    assert_eq!(event, "snapshot");
+    let old_id = id.unwrap();
+    assert!(old_id.ends_with("@memory-cluster"), "{old_id}");
+
+    rig.cluster.set_cluster_id("rebuilt");
+    let (status, _, body) = call(&rig.app, get("/roles/orders")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "at once: {body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("another cluster"),
+        "{body}"
+    );
+    let (event, id) = stream.next().await;
+    assert_eq!(event, "reset");
+    let reset_id = id.expect("the new cluster's roster, whole");
+    assert!(reset_id.ends_with("@rebuilt"), "{reset_id}");
+    member.register("orders", "node-2", 2).await.unwrap();
+    let (event, id) = stream.next().await;
+    assert_eq!(event, "registered");
+    assert!(id.unwrap().ends_with("@rebuilt"));
+    let (status, _, _) = call(&rig.app, get("/roles/orders")).await;
+    assert_eq!(status, StatusCode::OK, "the new cluster's view");
+
+    // Resuming with an id of the old cluster, or one naming none: a reset;
+    // with one of the new cluster: the changes after it.
+    for last in [old_id.as_str(), "0"] {
+        let mut resumed = Events::open(&rig.app, Some(last)).await;
+        assert_eq!(resumed.next().await.0, "reset", "{last}");
+    }
+    let mut resumed = Events::open(&rig.app, Some(&reset_id)).await;
+    assert_eq!(resumed.next().await.0, "registered");
+}
+
 #[tokio::test]
 async fn a_role_page_is_html_under_the_strict_policy_with_503_and_404_pages() {
     let rig = rig();

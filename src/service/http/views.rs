@@ -35,7 +35,12 @@ pub(crate) async fn get_role(
     Role(role): Role,
 ) -> Result<Response, ApiError> {
     let Some(view) = state.watcher.role(&role).map_err(not_ready)? else {
-        return Err(ApiError::NotFound(no_record(&state, &role)));
+        // "No record" is as old as the partition's view.
+        let mut response = ApiError::NotFound(no_record(&state, &role)).into_response();
+        if let Some((offset, age)) = state.watcher.partition_view(&role) {
+            view_headers(response.headers_mut(), offset, age.as_millis() as u64);
+        }
+        return Ok(response);
     };
     let body = roster(&view, state.clock.now_ms(), state.stagger_ms());
     let mut response = Json(&body).into_response();
@@ -47,7 +52,15 @@ pub(crate) async fn get_role(
 pub(crate) async fn list_roles(State(state): State<Arc<AppState>>) -> Result<Response, ApiError> {
     let views = state.watcher.all().map_err(not_ready)?;
     let now = state.clock.now_ms();
-    let oldest = views.iter().map(|v| v.age).max().unwrap_or_default();
+    // Every partition's, listed roles or not: the list is as old as its
+    // oldest partition (a role missing from it may be in that one).
+    let oldest = state
+        .watcher
+        .view_ages()
+        .into_iter()
+        .filter_map(|(_, age)| age)
+        .max()
+        .unwrap_or_default();
     let roles = views.iter().map(|v| summary(v, now)).collect();
     let mut response = Json(RolesList { roles }).into_response();
     response.headers_mut().insert(

@@ -71,6 +71,13 @@ pub enum NotReady {
         /// Its last read's failure, if any.
         why: Option<String>,
     },
+    /// Another cluster answers behind the bootstrap servers (one rebuilt
+    /// there): what was read of the old one is dropped, and the new one is
+    /// read from the start.
+    #[error(
+        "another cluster answers behind the bootstrap servers; reading its coordination topic from the start"
+    )]
+    ClusterChanged,
     /// No read of the partition is complete as of any instant yet: no other
     /// broker has confirmed its leader, or an open transaction has held its
     /// last stable offset back since the first read.
@@ -173,6 +180,22 @@ impl Part {
 
 type Parts = Arc<Vec<Mutex<Part>>>;
 
+/// What is read: the topic's partitions, of the cluster that answered when
+/// the reading began.
+#[derive(Clone, Debug)]
+struct Reading {
+    parts: Parts,
+    /// [`Cluster::cluster_changes`] when it began: once that moves, nothing
+    /// of this reading is shown.
+    changes: u64,
+    /// The cluster's id, when known.
+    cluster: Option<Arc<str>>,
+}
+
+/// How often the run loop looks whether another cluster answers (views
+/// are refused at once, at every request; this only starts the new read).
+const CLUSTER_LOOK: Duration = Duration::from_millis(50);
+
 /// The watcher's shared state.
 #[derive(Debug)]
 pub struct Watcher {
@@ -182,8 +205,11 @@ pub struct Watcher {
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
     role_metrics: RoleMetrics,
-    parts: RwLock<Option<Parts>>,
-    events: broadcast::Sender<RoleEvent>,
+    reading: RwLock<Option<Reading>>,
+    /// Every change, stamped with its reading's `changes`.
+    events: broadcast::Sender<(u64, RoleEvent)>,
+    /// The `changes` of the reading under way: streams reset when it moves.
+    readings: tokio::sync::watch::Sender<u64>,
     roles: AtomicI64,
     search: Mutex<TopicSearch>,
 }
@@ -206,8 +232,9 @@ impl Watcher {
             clock,
             metrics,
             role_metrics,
-            parts: RwLock::default(),
+            reading: RwLock::default(),
             events,
+            readings: tokio::sync::watch::Sender::new(0),
             roles: AtomicI64::new(0),
             search: Mutex::new(TopicSearch::Looking(None)),
         })
@@ -218,13 +245,27 @@ impl Watcher {
         &self.config
     }
 
+    /// The reading under way; an error once another cluster answers (its
+    /// views must not be shown).
+    fn reading(&self) -> Result<Option<Reading>, NotReady> {
+        match read(&self.reading).clone() {
+            Some(r) if r.changes != self.cluster.cluster_changes() => Err(NotReady::ClusterChanged),
+            reading => Ok(reading),
+        }
+    }
+
     fn parts(&self) -> Option<Parts> {
-        read(&self.parts).clone()
+        self.reading().ok().flatten().map(|r| r.parts)
     }
 
     /// The partition count, once the topic was found.
     pub fn partitions(&self) -> Option<i32> {
         self.parts().map(|p| p.len() as i32)
+    }
+
+    /// The id of the cluster whose topic the views come from, when known.
+    pub fn cluster(&self) -> Option<Arc<str>> {
+        self.reading().ok().flatten().and_then(|r| r.cluster)
     }
 
     /// Finds the topic (retrying until it exists), then tails every
@@ -233,7 +274,11 @@ impl Watcher {
     /// read is dropped and the new cluster is read from the start.
     pub async fn run(self: Arc<Self>) {
         loop {
+            let changes = self.cluster.cluster_changes();
             let count = self.layout().await;
+            if self.cluster.cluster_changes() != changes {
+                continue;
+            }
             let cluster = self.cluster.cluster_id();
             let parts: Parts = Arc::new(
                 (0..count)
@@ -247,11 +292,16 @@ impl Watcher {
                     })
                     .collect(),
             );
-            self.reset(Some(parts.clone()));
+            self.reset(Some(Reading {
+                parts: parts.clone(),
+                changes,
+                cluster,
+            }));
+            self.readings.send_replace(changes);
             tokio::select! {
-                () = self.clone().tail(parts.clone()) => {}
-                () = self.clone().poll_coordinator(parts) => {}
-                () = self.cluster_changed(cluster) => {
+                () = self.clone().tail(parts.clone(), changes) => {}
+                () = self.clone().poll_coordinator(parts, changes) => {}
+                () = self.cluster_changed(changes) => {
                     tracing::warn!(topic = %self.config.topic, "the cluster changed; reading the coordination topic again from the start");
                 }
             }
@@ -259,8 +309,8 @@ impl Watcher {
     }
 
     /// Drops every role of the old parts (their series, the role count).
-    fn reset(&self, parts: Option<Parts>) {
-        let old = std::mem::replace(&mut *write(&self.parts), parts);
+    fn reset(&self, reading: Option<Reading>) {
+        let old = std::mem::replace(&mut *write(&self.reading), reading).map(|r| r.parts);
         for (p, part) in old.iter().flat_map(|p| p.iter().enumerate()) {
             for role in lock(part).tracker.roles() {
                 self.role_metrics.remove(role);
@@ -274,13 +324,11 @@ impl Watcher {
         self.role_metrics.roles.set(0);
     }
 
-    async fn cluster_changed(&self, at_start: Option<Arc<str>>) {
-        loop {
-            tokio::time::sleep(self.config.poll_interval).await;
-            let now = self.cluster.cluster_id();
-            if at_start.is_some() && now.is_some() && now != at_start {
-                return;
-            }
+    /// Returns once another cluster answered than when `changes` was read
+    /// (a rebuilt one behind the same addresses).
+    async fn cluster_changed(&self, changes: u64) {
+        while self.cluster.cluster_changes() == changes {
+            tokio::time::sleep(CLUSTER_LOOK).await;
         }
     }
 
@@ -358,7 +406,7 @@ impl Watcher {
     }
 
     /// Applies what the tailer reads, until it stops.
-    async fn tail(self: Arc<Self>, parts: Parts) {
+    async fn tail(self: Arc<Self>, parts: Parts, changes: u64) {
         let from = vec![0; parts.len()];
         let mut updates = self
             .cluster
@@ -410,7 +458,7 @@ impl Watcher {
                         .lag
                         .with_label_values(&[&partition.to_string()])
                         .set(lag);
-                    self.apply(partition, &mut effects);
+                    self.apply(partition, &mut effects, changes);
                 }
                 Tailed::Failed { partition, error } => {
                     let Some(slot) = usize::try_from(partition).ok().and_then(|p| parts.get(p))
@@ -428,8 +476,9 @@ impl Watcher {
         }
     }
 
-    /// Carries out what a tracker reported.
-    fn apply(&self, partition: i32, effects: &mut Vec<Effect>) {
+    /// Carries out what a tracker of the reading begun at `changes`
+    /// reported.
+    fn apply(&self, partition: i32, effects: &mut Vec<Effect>, changes: u64) {
         let now = self.clock.now_ms();
         for effect in effects.drain(..) {
             match effect {
@@ -480,23 +529,23 @@ impl Watcher {
                     tracing::warn!(topic = %self.config.topic, partition, offset, %error, "skipped a malformed record");
                 }
                 Effect::Event(event) => {
-                    let _ = self.events.send(event);
+                    let _ = self.events.send((changes, event));
                 }
             }
         }
     }
 
     /// Describes every known role on an interval.
-    async fn poll_coordinator(self: Arc<Self>, parts: Parts) {
+    async fn poll_coordinator(self: Arc<Self>, parts: Parts, changes: u64) {
         loop {
             tokio::time::sleep(self.config.poll_interval).await;
-            self.poll_once(&parts).await;
+            self.poll_once(&parts, changes).await;
         }
     }
 
     /// One poll of the coordinator for every known role, a batch at a time
     /// so checks queued meanwhile wait at most one batch.
-    async fn poll_once(&self, parts: &Parts) {
+    async fn poll_once(&self, parts: &Parts, changes: u64) {
         let roles: Vec<String> = parts
             .iter()
             .flat_map(|p| {
@@ -528,7 +577,7 @@ impl Watcher {
                             now,
                             &mut effects,
                         );
-                        self.apply(partition, &mut effects);
+                        self.apply(partition, &mut effects, changes);
                     }
                     Err(e) => {
                         tracing::debug!(role, error = %e, "coordinator poll failed for the role");
@@ -569,7 +618,7 @@ impl Watcher {
     /// One role's view; `None` when the topic holds no record of it. An
     /// error when the topic is not readable yet.
     pub fn role(&self, role: &str) -> Result<Option<RoleView>, NotReady> {
-        let Some(parts) = self.parts() else {
+        let Some(Reading { parts, .. }) = self.reading()? else {
             return self.without_topic().map(|()| None);
         };
         // The partition count was read from the topic: at least one.
@@ -590,9 +639,19 @@ impl Watcher {
             .map(|facts| self.view(&part, facts, partition, now)))
     }
 
+    /// The read position and age of the view of `role`'s partition (what a
+    /// "no record of it" rests on), once a read of it was confirmed.
+    pub fn partition_view(&self, role: &str) -> Option<(i64, Duration)> {
+        let parts = self.parts()?;
+        let partition = role_partition(role, parts.len() as i32).ok()?;
+        let part = lock(parts.get(partition as usize)?);
+        let age = part.age(self.clock.monotonic_ms())?;
+        Some((part.tracker.next_offset(), age))
+    }
+
     /// Every role's view, by name.
     pub fn all(&self) -> Result<Vec<RoleView>, NotReady> {
-        let Some(parts) = self.parts() else {
+        let Some(Reading { parts, .. }) = self.reading()? else {
             return self.without_topic().map(|()| Vec::new());
         };
         let now = self.clock.now_ms();
@@ -619,8 +678,10 @@ impl Watcher {
     /// few of them).
     pub fn not_ready(&self) -> Option<String> {
         const NAMED: usize = 4;
-        let Some(parts) = self.parts() else {
-            return self.without_topic().err().map(|e| e.to_string());
+        let parts = match self.reading() {
+            Ok(Some(reading)) => reading.parts,
+            Ok(None) => return self.without_topic().err().map(|e| e.to_string()),
+            Err(switched) => return Some(switched.to_string()),
         };
         let now = self.clock.monotonic_ms();
         let mut reasons = Vec::new();
@@ -657,8 +718,20 @@ impl Watcher {
     /// Each partition's view age at the service clock's now (`None` before
     /// its first confirmed read); sets `krabka_state_view_age_seconds`.
     pub fn view_ages(&self) -> Vec<(i32, Option<Duration>)> {
-        let Some(parts) = self.parts() else {
-            return Vec::new();
+        let parts = match self.reading() {
+            Ok(Some(reading)) => reading.parts,
+            Ok(None) => return Vec::new(),
+            // The old cluster's views have no age any more.
+            Err(_) => {
+                let old = read(&self.reading).as_ref().map_or(0, |r| r.parts.len());
+                for p in 0..old {
+                    let _ = self
+                        .role_metrics
+                        .view_age
+                        .remove_label_values(&[&p.to_string()]);
+                }
+                return Vec::new();
+            }
         };
         let now = self.clock.monotonic_ms();
         let ages: Vec<(i32, Option<Duration>)> = parts
@@ -694,8 +767,14 @@ impl Watcher {
         }
     }
 
-    /// Live changes of every role.
-    pub fn subscribe(&self) -> broadcast::Receiver<RoleEvent> {
+    /// The reading under way (a new one begins when another cluster
+    /// answers), as `subscribe`'s events are stamped.
+    pub fn readings(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.readings.subscribe()
+    }
+
+    /// Live changes of every role, each stamped with its reading.
+    pub fn subscribe(&self) -> broadcast::Receiver<(u64, RoleEvent)> {
         self.events.subscribe()
     }
 
