@@ -16,8 +16,11 @@ import org.apache.kafka.clients.admin.DescribeFeaturesOptions;
 import org.apache.kafka.clients.admin.DescribeMetadataQuorumOptions;
 import org.apache.kafka.clients.admin.DescribeTransactionsOptions;
 import org.apache.kafka.clients.admin.FinalizedVersionRange;
+import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.Node;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.ElectionNotNeededException;
 import org.apache.kafka.common.errors.TransactionalIdNotFoundException;
 
 /**
@@ -28,8 +31,14 @@ import org.apache.kafka.common.errors.TransactionalIdNotFoundException;
  *   KafkaProbe ready --bootstrap H:P[,H:P...] [--nodes 1,2,3] [--transactions] [--quorum]
  *                    [--timeout-ms 90000]
  *   KafkaProbe features --bootstrap H:P[,H:P...] [--timeout-ms 15000]
+ *   KafkaProbe elect --bootstrap H:P[,H:P...] [--partitions TOPIC:N,...] [--timeout-ms 15000]
  *   KafkaProbe storage-tool -- ARGS... [-- ARGS...]...
  * </pre>
+ *
+ * elect runs a preferred leader election (electLeaders PREFERRED) of the
+ * given partitions, or of every partition: each one's first replica leads
+ * again if it is in sync. Prints {"elected":N,"not_needed":N,"failed":[...]};
+ * exit 1 when a partition failed (its preferred replica not in sync, say).
  *
  * ready waits, polling in this one JVM until the timeout, for: every broker of
  * --nodes listed (registered and unfenced) by describeCluster, and answering a
@@ -90,7 +99,8 @@ public final class KafkaProbe {
         TreeSet<Integer> nodes = new TreeSet<>();
         boolean transactions = false;
         boolean quorum = false;
-        long timeoutMs = mode.equals("features") ? 15_000 : 90_000;
+        long timeoutMs = mode.equals("ready") ? 90_000 : 15_000;
+        java.util.Set<TopicPartition> partitions = null;
         for (int i = 1; i < args.length; i++) {
             switch (args[i]) {
                 case "--bootstrap": bootstrap = value(args, ++i); break;
@@ -101,14 +111,23 @@ public final class KafkaProbe {
                     break;
                 case "--transactions": transactions = true; break;
                 case "--quorum": quorum = true; break;
+                case "--partitions":
+                    partitions = new java.util.HashSet<>();
+                    for (String tp : value(args, ++i).split(",")) {
+                        int at = tp.lastIndexOf(':');
+                        if (at <= 0) throw new IllegalArgumentException("--partitions takes TOPIC:N, got " + tp);
+                        partitions.add(new TopicPartition(tp.substring(0, at), Integer.parseInt(tp.substring(at + 1))));
+                    }
+                    break;
                 case "--timeout-ms": timeoutMs = Long.parseLong(value(args, ++i)); break;
                 default: throw new IllegalArgumentException("unknown argument " + args[i]);
             }
         }
         if (bootstrap == null) throw new IllegalArgumentException("--bootstrap is required");
-        if (!mode.equals("ready") && !mode.equals("features")) {
-            throw new IllegalArgumentException("unknown mode " + mode + " (ready, features or storage-tool)");
+        if (!mode.equals("ready") && !mode.equals("features") && !mode.equals("elect")) {
+            throw new IllegalArgumentException("unknown mode " + mode + " (ready, features, elect or storage-tool)");
         }
+        if (mode.equals("elect")) return elect(bootstrap, partitions, timeoutMs, out);
 
         long started = System.currentTimeMillis();
         Admin admin = Admin.create(clientProperties(bootstrap, timeoutMs));
@@ -132,6 +151,30 @@ public final class KafkaProbe {
             out.println("{\"nodes\":" + seen + ",\"features\":" + json(features)
                     + ",\"elapsed_ms\":" + (System.currentTimeMillis() - started) + "}");
             return 0;
+        } finally {
+            admin.close(Duration.ofMillis(500));
+        }
+    }
+
+    static int elect(String bootstrap, java.util.Set<TopicPartition> partitions, long timeoutMs,
+                     PrintStream out) throws Exception {
+        Admin admin = Admin.create(clientProperties(bootstrap, timeoutMs));
+        try {
+            Map<TopicPartition, java.util.Optional<Throwable>> result = admin
+                    .electLeaders(ElectionType.PREFERRED, partitions)
+                    .partitions().get(timeoutMs, java.util.concurrent.TimeUnit.MILLISECONDS);
+            int elected = 0, notNeeded = 0;
+            List<String> failed = new ArrayList<>();
+            for (Map.Entry<TopicPartition, java.util.Optional<Throwable>> e : result.entrySet()) {
+                Throwable error = e.getValue().orElse(null);
+                if (error == null) elected++;
+                else if (error instanceof ElectionNotNeededException) notNeeded++;
+                else failed.add("\"" + e.getKey() + ": " + error.getClass().getSimpleName() + "\"");
+            }
+            out.println("{\"elected\":" + elected + ",\"not_needed\":" + notNeeded
+                    + ",\"failed\":[" + String.join(",", failed) + "]}");
+            if (!failed.isEmpty()) System.err.println("KafkaProbe: elect failed for " + failed);
+            return failed.isEmpty() ? 0 : 1;
         } finally {
             admin.close(Duration.ofMillis(500));
         }

@@ -19,6 +19,8 @@
 mod disk;
 mod partition;
 mod pauses;
+mod producer_ids;
+mod replacement;
 mod samples;
 
 use std::collections::{BTreeMap, HashMap};

@@ -669,7 +669,8 @@ async fn the_service_works_with_exactly_the_documented_acls_and_a_missing_one_is
     let topic = topic_on(&broker.plaintext, "acl-topic", 2).await;
     let prefix = unique("lp");
     // Exactly the list of docs/operations.md (Security): Describe on the roles' transactional ids,
-    // Read and Describe on the topic. No Write, no DescribeConfigs.
+    // Read and Describe on the topic, Describe on __transaction_state. No Write, no
+    // DescribeConfigs.
     tokio::task::block_in_place(|| {
         acl(
             &broker.plaintext,
@@ -695,6 +696,17 @@ async fn the_service_works_with_exactly_the_documented_acls_and_a_missing_one_is
                 "Describe",
                 "--topic",
                 &topic,
+            ],
+        );
+        acl(
+            &broker.plaintext,
+            &[
+                "--allow-principal",
+                "User:svc",
+                "--operation",
+                "Describe",
+                "--topic",
+                "__transaction_state",
             ],
         );
     });

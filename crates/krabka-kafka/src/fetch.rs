@@ -344,9 +344,11 @@ impl Reader<'_> {
             let response = self.client.send_to(&leader.broker.addr, &request).await?;
             let offset = parse_list_offsets(&response, &leader.broker.addr, topic, partition);
             if let Err(error) = &offset {
-                self.client
-                    .state()
-                    .learn(Lesson::PartitionError { topic, error });
+                self.client.state().learn(Lesson::PartitionError {
+                    topic,
+                    addr: &leader.broker.addr,
+                    error,
+                });
             }
             offset
         })
@@ -374,9 +376,11 @@ impl Reader<'_> {
         let chunks = parse_fetch(response, &leader.addr, topic, positions)?;
         for (_, chunk) in &chunks {
             if let Err(error) = chunk {
-                self.client
-                    .state()
-                    .learn(Lesson::PartitionError { topic, error });
+                self.client.state().learn(Lesson::PartitionError {
+                    topic,
+                    addr: &leader.addr,
+                    error,
+                });
             }
         }
         Ok(chunks)

@@ -213,9 +213,11 @@ impl Producer<'_> {
             Err(e) => Err(e),
         };
         if let Err(error) = &offset {
-            self.client
-                .state()
-                .learn(Lesson::PartitionError { topic, error });
+            self.client.state().learn(Lesson::PartitionError {
+                topic,
+                addr: &leader.addr,
+                error,
+            });
         }
         offset
     }

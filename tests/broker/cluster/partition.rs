@@ -31,8 +31,10 @@ use crate::support::cluster::{
     cluster, cluster_topic, coordinator_id, exclusive, role_led_by_its_coordinator, service_config,
     takeover, unavailable,
 };
+use crate::support::process::binary;
 use crate::support::service::start;
-use crate::support::unique;
+use crate::support::{http_client, unique};
+use krabka_authority::coordination::FencingToken;
 
 /// How long the partition lasts once R's new holder has minted.
 const AFTER_MINT: Duration = Duration::from_secs(8);
@@ -127,7 +129,45 @@ async fn a_broker_cut_from_the_controller_while_it_coordinates_and_leads_a_held_
     let budget = LEASE + BROKER_REQUEST_TIMEOUT + Duration::from_secs(10);
     let took = moved + takeover(&members.holders, &role, t1, budget).await;
     let t2 = members.holders.current(&role).unwrap();
-    tokio::time::sleep(AFTER_MINT).await;
+    let partition_until = Instant::now() + AFTER_MINT;
+    // Issue 44 (1): clients that have not learned the cluster's size yet,
+    // bootstrapped from X alone while it is cut off: the CLI (a fresh
+    // client per run) and a service started now. Before, "no Metadata
+    // answer yet" counted as one broker, and the CLI answered
+    // `authoritative` for T1 and exited 0 (5 of 5 runs).
+    let cli_topic = topic.clone();
+    let cli = |token: FencingToken| {
+        let out = tokio::task::block_in_place(|| {
+            binary()
+                .args([
+                    "check",
+                    "--bootstrap-servers",
+                    &x_addr,
+                    "--topic",
+                    &cli_topic,
+                    &role,
+                    &token.to_string(),
+                ])
+                .output()
+                .expect("the binary runs")
+        });
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let cut_cli: Vec<_> = (0..5).map(|_| cli(t1)).collect();
+    let fresh = start(service_config(&x_addr, &topic)).await;
+    let http = http_client().build().unwrap();
+    let mut fresh_answers = Vec::new();
+    while Instant::now() + Duration::from_secs(1) < partition_until {
+        let answer = http
+            .get(format!("{}/roles/{role}/authority?token={t1}", fresh.url))
+            .send()
+            .await;
+        fresh_answers.push(answer.map(|a| a.status().as_u16()).unwrap_or(0));
+    }
+    tokio::time::sleep_until(partition_until).await;
     // The instant the link is back: `mend` restores it first, then waits
     // (seconds) until the controller has unfenced X, and X may catch up
     // and be asked again meanwhile.
@@ -145,6 +185,9 @@ async fn a_broker_cut_from_the_controller_while_it_coordinates_and_leads_a_held_
             .holders_authoritative(&service.url, Duration::from_secs(20))
             .await;
     }
+    // Healed: the CLI from X answers right.
+    let now_held = scene.members.holders.current(&role).unwrap();
+    let healed_cli = [cli(now_held), cli(t1)];
 
     let mut answers = Vec::new();
     for load in loads {
@@ -229,8 +272,25 @@ async fn a_broker_cut_from_the_controller_while_it_coordinates_and_leads_a_held_
         }
     }
     eprintln!(
-        "cut test: {:?} in all, the partition lasting {:?}",
+        "cut test: {:?} in all, the partition lasting {:?}; during it, from X alone: the CLI on {t1} {cut_cli:?}, a service started after the mint {} checks of {t1}: {:?} 503s, {} 409s, {} 200s; healed, the CLI on the pair held then and {t1}: {healed_cli:?}",
         started.elapsed(),
-        mended - cut
+        mended - cut,
+        fresh_answers.len(),
+        fresh_answers.iter().filter(|s| **s == 503).count(),
+        fresh_answers.iter().filter(|s| **s == 409).count(),
+        fresh_answers.iter().filter(|s| **s == 200).count(),
+    );
+    assert!(
+        cut_cli.iter().all(|(code, _)| *code != Some(0)),
+        "the CLI from the cut broker called the deposed {t1} authoritative: {cut_cli:?}"
+    );
+    assert!(
+        !fresh_answers.is_empty() && !fresh_answers.contains(&200),
+        "{fresh_answers:?}"
+    );
+    assert_eq!(
+        (healed_cli[0].0, healed_cli[1].0),
+        (Some(0), Some(1)),
+        "healed: {healed_cli:?}"
     );
 }

@@ -35,7 +35,7 @@
 //! | the brokers a new connection's first answer lists | the view learns the ones it did not know, and the cluster's size when it shows many (unless the broker is stale) |
 //! | a Metadata answer behind another broker's (a lower leader epoch) | its broker is stale: not asked for metadata, lookups or confirmations, its coordinators suspect, until an answer of it is behind nowhere; the answer is not used; its connections are given up (the next request opens a new one: the address may lead to a replacement now) |
 //! | a Metadata answer that is current | the view takes it (never an older leader epoch than known); its broker is current again; the old leader of a partition it moves is stale; it confirms the leaders it names other than its own broker |
-//! | a partition request failed with a leader error (or a disconnect) | the topic's metadata is fetched afresh |
+//! | a partition request failed with a leader error (or a disconnect) | the topic's metadata is fetched afresh; on a leader epoch the broker disagrees with (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH), its connections are given up too |
 //! | a topic's metadata is old (created, no usable leader, wanted fresh) | the same |
 //! | a long poll is overdue | metadata is refreshed before the next routed request |
 //! | FindCoordinator named a broker | the table learns it |
@@ -74,7 +74,7 @@ pub(crate) use view::{Leader, Metadata, MetadataAnswer, Refresh, TRANSACTION_STA
 pub use view::{PartitionMeta, TopicMeta};
 
 use super::config::{Broker, ClientConfig};
-use super::error::KafkaError;
+use super::error::{KafkaError, ResponseError};
 use super::observe::RequestObserver;
 use nodes::Loudness;
 
@@ -109,9 +109,11 @@ pub(crate) enum Lesson<'a> {
     },
     /// The metadata of `topic` is known to be old.
     TopicStale { topic: &'a str },
-    /// A Fetch, ListOffsets or Produce of a partition of `topic` failed.
+    /// A Fetch, ListOffsets or Produce of a partition of `topic` at the
+    /// broker `addr` failed.
     PartitionError {
         topic: &'a str,
+        addr: &'a str,
         error: &'a KafkaError,
     },
     /// A long poll got no answer in time: its leader may have moved.
@@ -303,9 +305,17 @@ impl ClusterState {
                 }
             }
             Lesson::TopicStale { topic } => self.metadata.invalidate_topic(topic),
-            Lesson::PartitionError { topic, error } => {
+            Lesson::PartitionError { topic, addr, error } => {
                 if error.needs_metadata_refresh() {
                     self.metadata.invalidate_topic(topic);
+                }
+                // The process on that connection disagrees with the leader
+                // epoch the client knows: one behind (a replaced process
+                // cut off, answering from memory) is not asked on it again.
+                if error.is(ResponseError::FencedLeaderEpoch)
+                    || error.is(ResponseError::UnknownLeaderEpoch)
+                {
+                    self.nodes.renew(addr);
                 }
             }
             Lesson::PollOverdue => self.metadata.request_update(),

@@ -229,8 +229,28 @@ async fn only_leader_errors_and_disconnects_send_a_topic_back_to_metadata() {
         learn_metadata(&state, "b:1", answer("a"));
         state.learn(Lesson::PartitionError {
             topic: "t",
+            addr: "b:1",
             error: &error,
         });
         assert_eq!(state.metadata.topic("t").is_none(), refresh, "{error}");
+    }
+}
+
+/// A broker whose process disagrees with the leader epoch the client knows
+/// (a replaced process behind a moved address, cut off and answering from
+/// memory) gets new connections; an error of another kind does not.
+#[tokio::test(start_paused = true)]
+async fn a_leader_epoch_a_broker_disagrees_with_gives_up_its_connections() {
+    let state = state();
+    let opened = Instant::now();
+    tokio::time::advance(std::time::Duration::from_millis(1)).await;
+    for (code, given_up) in [(1, false), (74, true), (75, true)] {
+        let addr = format!("b:{code}");
+        state.learn(Lesson::PartitionError {
+            topic: "t",
+            addr: &addr,
+            error: &KafkaError::broker("Fetch", code, None),
+        });
+        assert_eq!(state.nodes.given_up(&addr, opened), given_up, "{code}");
     }
 }
