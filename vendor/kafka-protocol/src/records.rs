@@ -39,7 +39,7 @@
 //!  }
 //! ```
 use anyhow::{anyhow, bail, Result};
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use crc::{Crc, CRC_32_ISO_HDLC};
 use crc32c::crc32c;
 use indexmap::IndexMap;
@@ -514,7 +514,10 @@ impl RecordBatchDecoder {
         version: i8,
         records: &mut Vec<Record>,
     ) -> Result<()> {
-        records.reserve(batch_decode_info.record_count as usize);
+        records.reserve(types::capacity_for::<Record>(
+            batch_decode_info.record_count as usize,
+            buf.remaining(),
+        )?);
         for _ in 0..batch_decode_info.record_count {
             records.push(Record::decode_new(buf, batch_decode_info, version)?);
         }
@@ -893,7 +896,9 @@ impl Record {
         }
         let num_headers = num_headers as usize;
 
-        let mut headers = IndexMap::with_capacity(num_headers);
+        let mut headers = IndexMap::with_capacity(
+            types::capacity_for::<(StrBytes, Option<Bytes>)>(num_headers, buf.remaining())?,
+        );
         for _ in 0..num_headers {
             // Key len
             let key_len: i32 = types::VarInt.decode(buf)?;
@@ -972,6 +977,31 @@ mod tests {
         )
         .unwrap();
         buf.freeze()
+    }
+
+    #[test]
+    fn counts_declared_beyond_the_input_are_errors_not_allocations() {
+        // One record, its batch declaring i32::MAX (CRC made right again):
+        // before the bound, 2^31 records were reserved up front (over 300
+        // GiB) and the allocation failure aborted the process.
+        let mut batch = BytesMut::from(&make_batch(1)[..]);
+        batch[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
+        let crc = crc32c(&batch[21..]);
+        batch[17..21].copy_from_slice(&crc.to_be_bytes());
+        let err = RecordBatchDecoder::decode(&mut batch.freeze()).unwrap_err();
+        assert!(
+            err.to_string().contains("2147483647 elements declared"),
+            "{err}"
+        );
+
+        // A record declaring i32::MAX headers in its 10 bytes.
+        let mut record = Bytes::from_static(&[20, 0, 0, 0, 1, 1, 0xfe, 0xff, 0xff, 0xff, 0x0f]);
+        let info = RecordBatchDecoder::decode_batch_info(&mut make_batch(1)).unwrap();
+        let err = Record::decode_new(&mut record, &info[0], 2).unwrap_err();
+        assert!(
+            err.to_string().contains("2147483647 elements declared"),
+            "{err}"
+        );
     }
 
     #[test]

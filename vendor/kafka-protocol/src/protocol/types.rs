@@ -10,6 +10,35 @@ use anyhow::{bail, Result};
 use std::convert::TryFrom;
 use std::string::String as StdString;
 
+/// Most bytes reserved up front for a collection whose length the input
+/// declares; a collection grows past it as its elements actually decode.
+const MAX_PREALLOCATION: usize = 1024 * 1024;
+
+/// How many `T` to reserve for a collection whose length the input declares
+/// as `declared`, with `remaining` bytes of input left.
+///
+/// Every element takes at least one byte of input, so a length above
+/// `remaining` cannot be honest: it is an error, before anything is
+/// allocated (Kafka's own decoders reject it the same way, KAFKA-14063).
+/// Below it, at most [`MAX_PREALLOCATION`] bytes are reserved: memory
+/// follows the elements that decode, never the length a peer declared.
+pub(crate) fn capacity_for<T>(declared: usize, remaining: usize) -> Result<usize> {
+    if declared > remaining {
+        bail!("{declared} elements declared, but only {remaining} bytes remain");
+    }
+    Ok(declared.min(MAX_PREALLOCATION / std::mem::size_of::<T>().max(1)))
+}
+
+/// `len` bytes of `buf` as a vector, allocated only once they are there.
+fn take_vec<B: ByteBuf>(buf: &mut B, len: usize) -> Result<Vec<u8>> {
+    if buf.remaining() < len {
+        bail!("{len} bytes declared, but only {} remain", buf.remaining());
+    }
+    let mut data = vec![0; len];
+    buf.try_copy_to_slice(&mut data)?;
+    Ok(data)
+}
+
 macro_rules! define_copy_impl {
     ($e:ident, $t:ty) => (
         impl Encoder<$t> for $e {
@@ -359,8 +388,7 @@ impl Decoder<Option<StdString>> for String {
         match Int16.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
-                let mut strbuf = vec![0; n as usize];
-                buf.try_copy_to_slice(&mut strbuf)?;
+                let strbuf = take_vec(buf, n as usize)?;
                 Ok(Some(std::string::String::from_utf8(strbuf)?))
             }
             n => {
@@ -511,8 +539,7 @@ impl Decoder<Option<StdString>> for CompactString {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
-                let mut strbuf = vec![0; (n - 1) as usize];
-                buf.try_copy_to_slice(&mut strbuf)?;
+                let strbuf = take_vec(buf, (n - 1) as usize)?;
                 Ok(Some(std::string::String::from_utf8(strbuf)?))
             }
         }
@@ -654,11 +681,7 @@ impl Decoder<Option<Vec<u8>>> for Bytes {
     fn decode<B: ByteBuf>(&self, buf: &mut B) -> Result<Option<Vec<u8>>> {
         match Int32.decode(buf)? {
             -1 => Ok(None),
-            n if n >= 0 => {
-                let mut data = vec![0; n as usize];
-                buf.try_copy_to_slice(&mut data)?;
-                Ok(Some(data))
-            }
+            n if n >= 0 => Ok(Some(take_vec(buf, n as usize)?)),
             n => {
                 bail!("Data length is negative ({n})");
             }
@@ -803,11 +826,7 @@ impl Decoder<Option<Vec<u8>>> for CompactBytes {
     fn decode<B: ByteBuf>(&self, buf: &mut B) -> Result<Option<Vec<u8>>> {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
-            n => {
-                let mut data = vec![0; (n - 1) as usize];
-                buf.try_copy_to_slice(&mut data)?;
-                Ok(Some(data))
-            }
+            n => Ok(Some(take_vec(buf, (n - 1) as usize)?)),
         }
     }
 }
@@ -985,7 +1004,8 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
         match Int32.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
-                let mut result = Vec::with_capacity(n as usize);
+                let mut result =
+                    Vec::with_capacity(capacity_for::<T>(n as usize, buf.remaining())?);
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
                 }
@@ -1093,7 +1113,8 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
-                let mut result = Vec::with_capacity((n - 1) as usize);
+                let mut result =
+                    Vec::with_capacity(capacity_for::<T>((n - 1) as usize, buf.remaining())?);
                 for _ in 1..n {
                     result.push(self.0.decode(buf)?);
                 }
@@ -1194,5 +1215,54 @@ mod tests {
     fn smoke_compact_bytes_encoder_decoder() {
         test_encoder_decoder(CompactBytes, vec![1, 2, 3, 4], &[5, 1, 2, 3, 4]);
         test_encoder_decoder(CompactBytes, None::<Vec<u8>>, &[0]);
+    }
+
+    /// A length field declaring far more than the input holds, then four
+    /// bytes. Before the bound, each decode below reserved the declared
+    /// length up front (up to 96 GiB for the arrays) and aborted the
+    /// process when the allocation failed.
+    const ARRAY_OF_I32_MAX: &[u8] = &[0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0];
+    const COMPACT_OF_U32_MAX: &[u8] = &[0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0, 0, 0];
+
+    #[test]
+    fn declared_lengths_beyond_the_input_are_errors_not_allocations() {
+        let array = Array(Array(Int64));
+        let err = Decoder::<Vec<Vec<i64>>>::decode(&array, &mut { ARRAY_OF_I32_MAX }).unwrap_err();
+        assert!(
+            err.to_string().contains("2147483647 elements declared"),
+            "{err}"
+        );
+        let compact = CompactArray(CompactArray(Int64));
+        let err =
+            Decoder::<Vec<Vec<i64>>>::decode(&compact, &mut { COMPACT_OF_U32_MAX }).unwrap_err();
+        assert!(
+            err.to_string().contains("4294967294 elements declared"),
+            "{err}"
+        );
+        assert!(Decoder::<Vec<u8>>::decode(&Bytes, &mut { ARRAY_OF_I32_MAX }).is_err());
+        assert!(Decoder::<Vec<u8>>::decode(&CompactBytes, &mut { COMPACT_OF_U32_MAX }).is_err());
+        assert!(Decoder::<StdString>::decode(&CompactString, &mut { COMPACT_OF_U32_MAX }).is_err());
+        assert!(Decoder::<StdString>::decode(&String, &mut &[0x7f, 0xff, 0, 0][..]).is_err());
+    }
+
+    #[test]
+    fn what_is_reserved_up_front_is_bounded_and_honest_lengths_still_decode() {
+        // 4 elements fit in 4 bytes: reserved as declared.
+        assert_eq!(capacity_for::<u8>(4, 4).unwrap(), 4);
+        assert!(capacity_for::<u8>(5, 4).is_err());
+        // A million 1 KiB elements may be honest in a 1 GB frame; 1 MiB is
+        // reserved, the rest grows as they decode.
+        assert_eq!(
+            capacity_for::<[u8; 1024]>(1_000_000, 1 << 30).unwrap(),
+            1024
+        );
+        test_encoder_decoder(
+            Array(Int64),
+            vec![1i64, 2, 3],
+            &[
+                0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3,
+            ],
+        );
+        test_encoder_decoder(CompactArray(Int8), vec![7i8, 8], &[3, 7, 8]);
     }
 }
