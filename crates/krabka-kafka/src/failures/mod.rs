@@ -1,10 +1,12 @@
 //! The client under broker failure, against scripted brokers (the fast
 //! tier; the broker tier kills and hangs real ones in tests/broker/cluster.rs):
 //! routing and reconnects (`routing`), coordinator lookups (`lookups`),
-//! the describes' confirmations (`confirmations`) and partition reads
-//! (`reads`). The scripted clusters they share are here.
+//! the describes' confirmations (`confirmations`), partition reads
+//! (`reads`) and answers that declare more than they hold (`lies`). The
+//! scripted clusters they share are here.
 
 mod confirmations;
+mod lies;
 mod lookups;
 mod reads;
 mod routing;
