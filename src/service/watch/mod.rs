@@ -367,6 +367,7 @@ impl Watcher {
                 Tailed::Read {
                     partition,
                     records,
+                    skipped: _,
                     next_offset,
                     last_stable_offset,
                     complete_as_of,

@@ -8,7 +8,6 @@ use bytes::BytesMut;
 use kafka_protocol::messages::{
     DescribeTransactionsResponse, FetchResponse, ListOffsetsResponse, MetadataResponse,
     ResponseHeader,
-    list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse},
 };
 use kafka_protocol::protocol::{Encodable, HeaderVersion};
 
@@ -131,16 +130,7 @@ async fn a_huge_count_in_a_fetch_or_describe_answer_is_retried_on_a_new_connecti
             ApiKey::ListOffsets if first(ApiKey::ListOffsets) => {
                 Some(lie::<ListOffsetsResponse>(header, &[]))
             }
-            ApiKey::ListOffsets => Some(answer(
-                header,
-                &ListOffsetsResponse::default().with_topics(vec![
-                    ListOffsetsTopicResponse::default().with_partitions(vec![
-                        ListOffsetsPartitionResponse::default()
-                            .with_partition_index(0)
-                            .with_offset(1),
-                    ]),
-                ]),
-            )),
+            ApiKey::ListOffsets => Some(listed(header, 1)),
             // After the throttle time: the error code and the session id.
             ApiKey::Fetch if first(ApiKey::Fetch) => {
                 Some(lie::<FetchResponse>(header, &[0, 0, 0, 0, 0, 0]))
