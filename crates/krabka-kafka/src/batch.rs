@@ -477,6 +477,26 @@ pub(crate) mod tests {
         assert!(err.contains("zstd"), "read when not aborted: {err}");
     }
 
+    /// `batch` with its record count set to `count`, its CRC made right.
+    fn declaring(batch: Bytes, count: i32) -> Bytes {
+        let mut forged = batch.to_vec();
+        forged[57..61].copy_from_slice(&count.to_be_bytes());
+        let crc = crc32c::crc32c(&forged[21..]);
+        forged[17..21].copy_from_slice(&crc.to_be_bytes());
+        Bytes::from(forged)
+    }
+
+    #[test]
+    fn a_batch_declaring_more_records_than_it_holds_is_an_error_not_an_allocation() {
+        // 2^31 records declared: without the patched kafka-protocol, the
+        // test process aborts reserving them (over 300 GiB).
+        for codec in [Compression::None, Compression::Zstd] {
+            let bytes = declaring(batch(0, 1, -1, false, None, codec), i32::MAX);
+            let err = visible_records(&bytes, &[], 0, LIMIT).unwrap_err();
+            assert!(err.contains("2147483647 elements declared"), "{err}");
+        }
+    }
+
     proptest::proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
