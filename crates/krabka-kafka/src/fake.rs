@@ -432,8 +432,8 @@ pub fn compress(compression: Compression, mut input: impl Read) -> Vec<u8> {
             input.read_to_end(&mut out).unwrap();
         }
         Compression::Gzip => {
-            let fast = flate2::Compression::fast();
-            flate2::read::GzEncoder::new(input, fast)
+            let best = flate2::Compression::best();
+            flate2::read::GzEncoder::new(input, best)
                 .read_to_end(&mut out)
                 .unwrap();
         }

@@ -24,6 +24,19 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A memory figure of process `pid` from `/proc/<pid>/status`, in KiB:
+/// `VmRSS` (resident now) or `VmHWM` (its peak); 0 when unreadable.
+pub fn memory_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(&format!("{field}:")))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// A child process killed (and reaped) when the test ends, even by a panic.
 #[derive(Debug)]
 pub struct Process(pub Child);
@@ -82,6 +95,11 @@ impl Served {
             url: format!("http://127.0.0.1:{port}"),
             log,
         }
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.process.0.id()
     }
 
     /// What it wrote to stderr so far.
