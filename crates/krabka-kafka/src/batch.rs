@@ -10,9 +10,13 @@
 //! Compressed records are decompressed with a bound (`inflate`): a batch
 //! that decompresses to more than `limit` bytes is stepped over, its
 //! records unread, and reported ([`SkippedBatch`]); the read goes on after
-//! it. And one chunk decompresses little more than `limit` in all: once its
-//! batches have, the rest waits for the next fetch (a fetch of many
-//! batches each just under the bound would otherwise hold them all).
+//! it. One chunk keeps the records of little more than `limit` decompressed
+//! bytes (a fetch of many batches each just under the bound would
+//! otherwise hold them all) and steps over at most [`SKIPPED_PER_CHUNK`]
+//! batches past it (each costs decompressing `limit` bytes; a fetch of
+//! thousands of small bombs would otherwise hold the thread for seconds):
+//! past either, the rest waits for the next fetch. A chunk reads at least
+//! one batch, so every fetch moves on.
 
 use std::cell::Cell;
 use std::cmp::Reverse;
@@ -30,6 +34,8 @@ use krabka_coordination::{LogRecord, SkippedBatch};
 /// record count (4).
 const HEADER_LEN: usize = 61;
 const ATTR_TRANSACTIONAL: i16 = 1 << 4;
+/// Most batches past the bound one chunk steps over.
+const SKIPPED_PER_CHUNK: usize = 64;
 const ATTR_CONTROL: i16 = 1 << 5;
 
 /// What one fetched chunk of a partition holds for a committed reader.
@@ -63,7 +69,8 @@ enum Decoded {
 }
 
 /// Decodes one whole `batch` (its CRC checked first), decompressing its
-/// records with `limit`; adds what was decompressed to `inflated`.
+/// records with `limit`; adds what it decompressed to `inflated` when they
+/// are read.
 fn decode(batch: &Bytes, limit: usize, inflated: &Cell<usize>) -> Result<Decoded, String> {
     let too_large = Cell::new(false);
     let decompress = |records: &mut Bytes, compression: Compression| {
@@ -76,7 +83,6 @@ fn decode(batch: &Bytes, limit: usize, inflated: &Cell<usize>) -> Result<Decoded
                 Ok(Bytes::from(out))
             }
             Err(Inflate::TooLarge) => {
-                inflated.set(inflated.get().saturating_add(limit));
                 too_large.set(true);
                 Err(std::io::Error::other("decompresses past the bound").into())
             }
@@ -94,7 +100,7 @@ fn decode(batch: &Bytes, limit: usize, inflated: &Cell<usize>) -> Result<Decoded
 /// `aborted` is the response's `(producer id, first offset)` list; `limit`
 /// bounds what one batch may decompress to. A partial batch at the end
 /// (the broker cuts at `max_bytes`) is left for the next fetch, and so is
-/// everything after the batches that decompressed `limit` bytes in all.
+/// what follows the chunk's share (the module docs).
 pub(crate) fn visible_records(
     bytes: &Bytes,
     aborted: &[(i64, i64)],
@@ -134,11 +140,8 @@ pub(crate) fn visible_records(
         let transactional = attributes & ATTR_TRANSACTIONAL != 0;
         let control = attributes & ATTR_CONTROL != 0;
         let compressed = codec_of(attributes) != Some(Compression::None);
-        if last_offset >= fetch_offset
-            && compressed
-            && inflated.get() >= limit
-            && out.next_offset.is_some()
-        {
+        let spent = inflated.get() >= limit || out.skipped.len() >= SKIPPED_PER_CHUNK;
+        if last_offset >= fetch_offset && compressed && spent && out.next_offset.is_some() {
             // This chunk decompressed its share: the next fetch goes on.
             break;
         }
@@ -387,7 +390,8 @@ pub(crate) mod tests {
                 batch(3, 1, -1, false, None, codec),
             ]);
             let v = visible_records(&bytes, &[], 0, LIMIT).unwrap();
-            assert_eq!(offsets(&v), [0, 1], "{name}");
+            assert_eq!(offsets(&v), [0, 1, 3], "{name}");
+            assert_eq!(v.next_offset, Some(4), "{name}: past the skipped batch");
             let skipped = SkippedBatch {
                 base_offset: 2,
                 last_offset: 2,
@@ -395,11 +399,6 @@ pub(crate) mod tests {
                 limit_bytes: LIMIT,
             };
             assert_eq!(v.skipped, [skipped], "{name}");
-            // The bomb used the chunk's share: the next fetch goes on past it.
-            assert_eq!(v.next_offset, Some(3), "{name}: past the skipped batch");
-            let rest = visible_records(&bytes, &[], 3, LIMIT).unwrap();
-            assert_eq!(offsets(&rest), [3], "{name}");
-            assert_eq!((rest.next_offset, rest.skipped.len()), (Some(4), 0));
             // Under a bound it fits, the same batch is read.
             let v = visible_records(&bytes, &[], 0, 3 * LIMIT).unwrap();
             assert_eq!(offsets(&v), [0, 1, 2, 3], "{name}");
@@ -426,9 +425,33 @@ pub(crate) mod tests {
         let rest = visible_records(&bytes, &[], 4, LIMIT).unwrap();
         assert_eq!(offsets(&rest), [4]);
         assert_eq!(rest.next_offset, Some(5));
-        // Whatever the bound, a chunk reads at least one batch.
-        let one = visible_records(&bytes, &[], 0, 1).unwrap();
-        assert_eq!((one.next_offset, one.skipped.len()), (Some(1), 1));
+        // Under a bound of one byte every compressed batch is stepped over
+        // (nothing kept, nothing to wait for) and the plain one read.
+        let tiny = visible_records(&bytes, &[], 0, 1).unwrap();
+        assert_eq!(offsets(&tiny), [2]);
+        assert_eq!((tiny.next_offset, tiny.skipped.len()), (Some(5), 4));
+    }
+
+    #[test]
+    fn a_chunk_steps_over_a_bounded_number_of_bombs_and_the_next_fetch_goes_on() {
+        // 150 small bombs (twice a 64 KiB bound each), then a record.
+        let bound = 64 * 1024;
+        let bomb = bomb_batch(Compression::Zstd, b"b", 2 * bound as u64);
+        let mut parts: Vec<Bytes> = (0..150).map(|i| at(i, bomb.clone())).collect();
+        parts.push(batch(150, 1, -1, false, None, Compression::Zstd));
+        let bytes = join(&parts);
+        let mut from = 0;
+        let mut fetches = Vec::new();
+        while from < 151 {
+            let v = visible_records(&bytes, &[], from, bound).unwrap();
+            fetches.push((v.skipped.len(), offsets(&v)));
+            from = v.next_offset.unwrap();
+        }
+        assert_eq!(
+            fetches,
+            [(64, vec![]), (64, vec![]), (22, vec![150])],
+            "64 a chunk, then the rest"
+        );
     }
 
     #[test]
