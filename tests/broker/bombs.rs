@@ -220,7 +220,8 @@ async fn bombs_in_the_topic_before_the_service_starts_are_skipped_at_its_catch_u
     // The leader-election client reads the partition through the same
     // reader: a member takes the role, the bombs skipped. Measured in this
     // process (the bombs are made by now): its peak grows by what the read
-    // took.
+    // took, and by what other tests running beside it took meanwhile, so
+    // the bar is the chart's limit (the code before took 1,787 MiB).
     let own = std::process::id();
     let before = memory_kib(own, "VmHWM") / 1024;
     let leader = holds(&topic, &bombed, "leader").await;
@@ -228,7 +229,7 @@ async fn bombs_in_the_topic_before_the_service_starts_are_skipped_at_its_catch_u
     eprintln!(
         "a member took the bombed role; this process's peak RSS grew by {grew} MiB (from {before} MiB)"
     );
-    assert!(grew < 64, "the member's read took {grew} MiB");
+    assert!(grew < CHART_LIMIT_MIB, "the member's read took {grew} MiB");
 
     // Ready (caught up past every bomb) within Served::start's 30 s.
     let started = Instant::now();
