@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::support::broker::{client, role_in, topic, transport};
 use crate::support::leadership::holds;
 use crate::support::process::{Served, memory_kib};
+use crate::support::service::members;
 
 /// The chart's `resources.limits.memory` (helm/krabka-authority/values.yaml).
 const CHART_LIMIT_MIB: u64 = 256;
@@ -60,18 +61,6 @@ async fn write_bombs(topic: &str, partition: i32) -> Vec<i64> {
     offsets
 }
 
-/// The members of a roster view, in rank order.
-fn members(view: &Value) -> Vec<String> {
-    view["members"]
-        .as_array()
-        .map(|m| {
-            m.iter()
-                .filter_map(|m| m["member"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Asserts `view` lists the bombs at `offsets`, in order, each with its
 /// codec and the topic's default bound.
 fn shows_bombs(view: &Value, offsets: &[i64]) {
@@ -99,19 +88,6 @@ fn shows_bombs(view: &Value, offsets: &[i64]) {
 /// The service's peak resident memory so far, in MiB.
 fn peak_mib(served: &Served) -> u64 {
     memory_kib(served.pid(), "VmHWM") / 1024
-}
-
-async fn skipped_metric(served: &Served) -> f64 {
-    let text = reqwest::get(format!("{}/metrics", served.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("krabka_state_skipped_batches_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(-1.0)
 }
 
 #[tokio::test]
@@ -191,7 +167,10 @@ async fn bombs_written_while_the_service_runs_are_skipped_and_it_stays_under_the
     );
     assert!(failed.is_empty(), "{failed:?}");
     shows_bombs(&view, &offsets);
-    assert_eq!(skipped_metric(&served).await, 4.0);
+    assert_eq!(
+        served.metric("krabka_state_skipped_batches_total").await,
+        4.0
+    );
     let (status, calm_view) = served.get(&format!("/roles/{calm}")).await;
     assert_eq!(status, 200);
     assert_eq!(calm_view["view"]["skippedBatches"], serde_json::json!([]));
@@ -249,7 +228,10 @@ async fn bombs_in_the_topic_before_the_service_starts_are_skipped_at_its_catch_u
     assert_eq!(members(&view), ["before", "after", "leader"]);
     assert_eq!(view["lease"]["member"], "leader", "{view}");
     shows_bombs(&view, &offsets);
-    assert_eq!(skipped_metric(&served).await, 4.0);
+    assert_eq!(
+        served.metric("krabka_state_skipped_batches_total").await,
+        4.0
+    );
     let path = format!("/roles/{bombed}/authority?token={}", leader.token());
     let (status, check) = served.get(&path).await;
     assert_eq!(

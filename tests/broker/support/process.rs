@@ -119,6 +119,23 @@ impl Served {
         }
     }
 
+    /// The sum of the samples of metric `name` it exports (0 when none).
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = reqwest::get(format!("{}/metrics", self.url))
+            .await
+            .expect("the service answers")
+            .text()
+            .await
+            .unwrap_or_default();
+        text.lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|r| r.starts_with([' ', '{']))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// Polls `path` until `accept` takes the answer; panics after `limit`
     /// with the last answer and the log.
     pub async fn until(
