@@ -17,11 +17,13 @@ WORKDIR /build
 
 # Dependencies first. `cargo fetch` reads the workspace's manifests: the
 # root's (its targets have explicit paths, which fetch does not open) and
-# the member crates' (crates/, whose inferred library targets must exist).
-# The registry is a BuildKit cache, shared with the build step: a change to
-# the manifests fetches only what is new.
+# the member crates' (crates/, whose inferred library targets must exist)
+# and the patched kafka-protocol the root's [patch.crates-io] names
+# (vendor/). The registry is a BuildKit cache, shared with the build step: a
+# change to the manifests fetches only what is new.
 COPY Cargo.toml Cargo.lock ./
 COPY crates ./crates
+COPY vendor ./vendor
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     cargo fetch --locked
 

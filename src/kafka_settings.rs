@@ -44,6 +44,28 @@ fn secret(text: &str) -> Result<Secret, String> {
     Ok(Secret::new(text))
 }
 
+/// The bound on a batch's decompressed size: `auto` (the topic's
+/// `max.message.bytes`) or bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchBound(pub Option<usize>);
+
+/// Smallest and largest bound accepted (bytes).
+const BATCH_BOUND: std::ops::RangeInclusive<usize> = 1024..=1 << 30;
+
+fn batch_bound(text: &str) -> Result<BatchBound, String> {
+    if text == "auto" {
+        return Ok(BatchBound(None));
+    }
+    match text.parse::<usize>() {
+        Ok(bytes) if BATCH_BOUND.contains(&bytes) => Ok(BatchBound(Some(bytes))),
+        _ => Err(format!(
+            "`auto` or bytes from {} to {}",
+            BATCH_BOUND.start(),
+            BATCH_BOUND.end()
+        )),
+    }
+}
+
 const MS: Duration = Duration::from_millis(10);
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -74,6 +96,13 @@ pub struct KafkaSettings {
     /// Limit on one Kafka operation across its retries.
     #[arg(long, env = "KRABKA_KAFKA_OPERATION_TIMEOUT", default_value = "10s", value_parser = duration_between(MS, HOUR))]
     pub kafka_operation_timeout: Duration,
+
+    /// Most bytes one record batch of the topic may decompress to; a batch
+    /// past it is skipped, its records unread, and reported. `auto`: the
+    /// topic's max.message.bytes, the largest batch it takes uncompressed
+    /// (Kafka's default 1048588 when it cannot be read).
+    #[arg(long, env = "KRABKA_KAFKA_MAX_DECOMPRESSED_BATCH_BYTES", default_value = "auto", value_parser = batch_bound)]
+    pub kafka_max_decompressed_batch_bytes: BatchBound,
 
     /// How to reach the brokers: plaintext, ssl, sasl_plaintext or sasl_ssl.
     #[arg(long, env = "KRABKA_KAFKA_SECURITY_PROTOCOL", value_enum, default_value_t = Protocol::Plaintext)]
@@ -153,6 +182,7 @@ impl KafkaSettings {
         config.client_id = self.client_id.clone();
         config.request_timeout = self.kafka_request_timeout;
         config.operation_timeout = self.kafka_operation_timeout.max(self.kafka_request_timeout);
+        config.max_decompressed_batch_bytes = self.kafka_max_decompressed_batch_bytes.0;
         config.security = self.security()?;
         Ok(config)
     }
@@ -250,6 +280,7 @@ mod tests {
             client_id: "c".into(),
             kafka_request_timeout: Duration::from_secs(1),
             kafka_operation_timeout: Duration::from_secs(2),
+            kafka_max_decompressed_batch_bytes: BatchBound(None),
             kafka_security_protocol: Protocol::Plaintext,
             kafka_tls_ca_file: None,
             kafka_tls_cert_file: None,
@@ -330,5 +361,24 @@ mod tests {
         assert_eq!(from_flags.request_timeout, library.request_timeout);
         assert_eq!(from_flags.operation_timeout, library.operation_timeout);
         assert_eq!(from_flags.client_id, library.client_id);
+        assert_eq!(
+            from_flags.max_decompressed_batch_bytes,
+            library.max_decompressed_batch_bytes
+        );
+    }
+
+    #[test]
+    fn the_batch_bound_is_auto_or_bytes_within_its_range() {
+        assert_eq!(batch_bound("auto"), Ok(BatchBound(None)));
+        assert_eq!(batch_bound("4194304"), Ok(BatchBound(Some(4 << 20))));
+        for bad in ["0", "1023", "2000000000", "1MiB", "", "-1"] {
+            assert!(batch_bound(bad).unwrap_err().contains("auto"), "{bad}");
+        }
+        let mut a = args(&["b:1"]);
+        a.kafka_max_decompressed_batch_bytes = BatchBound(Some(2048));
+        assert_eq!(
+            a.client_config().unwrap().max_decompressed_batch_bytes,
+            Some(2048)
+        );
     }
 }

@@ -165,6 +165,7 @@ pub(crate) async fn roster(
         status: None,
         failovers_in_window: 0,
         coordinator: None,
+        skipped: read.skipped,
     };
     let stagger_ms = krabka_authority::time::millis(stagger);
     println!(

@@ -56,6 +56,9 @@ pub struct Metrics {
     pub confirmations: IntCounter,
     /// Records of the topic that did not decode, by part.
     pub malformed_records: IntCounterVec,
+    /// Record batches of the topic skipped unread: they decompress past
+    /// the bound.
+    pub skipped_batches: IntCounter,
     /// Seconds until the client certificate of broker connections ends,
     /// by file (absent without one; negative once it ended).
     pub tls_client_certificate_expiry: IntGaugeVec,
@@ -183,6 +186,10 @@ impl Metrics {
             ),
             &["part"],
         )?;
+        let skipped_batches = IntCounter::new(
+            "krabka_state_skipped_batches_total",
+            "Record batches of the coordination topic skipped unread because they decompress to more than the bound (--kafka-max-decompressed-batch-bytes): counted at every read, a start's included.",
+        )?;
         let tls_client_certificate_expiry = IntGaugeVec::new(
             Opts::new(
                 "krabka_kafka_tls_client_certificate_expiry_seconds",
@@ -221,6 +228,7 @@ impl Metrics {
             Box::new(broker_stale.clone()),
             Box::new(confirmations.clone()),
             Box::new(malformed_records.clone()),
+            Box::new(skipped_batches.clone()),
             Box::new(tls_client_certificate_expiry.clone()),
             Box::new(tls_reloads.clone()),
             Box::new(build_info.clone()),
@@ -264,6 +272,7 @@ impl Metrics {
             broker_stale,
             confirmations,
             malformed_records,
+            skipped_batches,
             tls_client_certificate_expiry,
             tls_reloads,
             build_info,

@@ -9,6 +9,7 @@
     unreachable_pub
 )]
 
+mod bombs;
 mod cli;
 mod clients;
 mod cluster;

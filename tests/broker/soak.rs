@@ -20,7 +20,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::support::broker::{bootstrap, topic, transport};
-use crate::support::process::{Process, binary, free_port};
+use crate::support::process::{Process, binary, free_port, memory_kib};
 use crate::support::{eventually, unique};
 
 fn env(name: &str, default: u64) -> u64 {
@@ -31,14 +31,7 @@ fn env(name: &str, default: u64) -> u64 {
 }
 
 fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
+    memory_kib(pid, "VmRSS")
 }
 
 /// One mint: the token, and the instants just before and just after the

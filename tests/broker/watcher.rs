@@ -13,7 +13,9 @@ use tokio::time::Instant;
 
 use crate::support::broker::{bootstrap, client, topic, transport};
 use crate::support::leadership::{fast_options, holds};
-use crate::support::service::{Service, config, get, metric, ready, start, watcher_config};
+use crate::support::service::{
+    Service, config, get, members, metric, ready, start, watcher_config,
+};
 use crate::support::{eventually, unique};
 
 async fn view(service: &Service, role: &str) -> Value {
@@ -635,16 +637,6 @@ async fn a_transaction_left_open_ages_the_view_from_when_it_began() {
     let role = unique("held-back");
     let t = transport(&topic).await;
     t.register(&role, "before", 1).await.unwrap();
-    let members = |view: &Value| -> Vec<String> {
-        view["members"]
-            .as_array()
-            .map(|m| {
-                m.iter()
-                    .filter_map(|m| m["member"].as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     eventually(|| async { (members(&view(&service, &role).await) == ["before"]).then_some(()) })
         .await;
 

@@ -15,7 +15,7 @@ use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::{FencingToken, LogRecord};
+use crate::{FencingToken, LogRecord, SkippedBatch};
 
 /// What the transaction coordinator reports for a role now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,6 +60,9 @@ pub enum Tailed {
         partition: i32,
         /// The records, in offset order.
         records: Vec<LogRecord>,
+        /// The batches stepped over, their records unread (they
+        /// decompress past the reader's bound), in offset order.
+        skipped: Vec<SkippedBatch>,
         /// Where the next read starts.
         next_offset: i64,
         /// The partition's last stable offset at the read.

@@ -38,7 +38,9 @@ pub use record::{
     EncodeError, FormatError, Key, KeyKind, Lease, MAX_STRING_LEN, Part, Registration, decode_key,
     decode_lease, decode_registration, encode_key, encode_lease, encode_registration, is_tombstone,
 };
-pub use state::{Applied, Change, LogRecord, Malformed, Member, PartitionState, RoleState};
+pub use state::{
+    Applied, Change, LogRecord, Malformed, Member, PartitionState, RoleState, SkippedBatch,
+};
 pub use succession::{Decision, SuccessionConfig, challenge_at, challenge_rank, evaluate};
 // The token and the verdict are spoken by the clients too: they live in
 // the types crate the service and its clients share.

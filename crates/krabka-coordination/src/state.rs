@@ -22,6 +22,22 @@ pub struct LogRecord {
     pub value: Option<Bytes>,
 }
 
+/// A record batch of `__coordination_state` a read stepped over without
+/// reading its records: compressed, it decompresses to more than the
+/// reader's bound (a member wrote a decompression bomb, or a batch larger
+/// than the bound allows).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkippedBatch {
+    /// The offset of its first record.
+    pub base_offset: i64,
+    /// The offset of its last record.
+    pub last_offset: i64,
+    /// Its codec, by Kafka's name: `gzip`, `snappy`, `lz4` or `zstd`.
+    pub compression: &'static str,
+    /// The bound it passed: the most bytes a batch may decompress to.
+    pub limit_bytes: usize,
+}
+
 /// A registered member, in join order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Member {

@@ -6,14 +6,27 @@
 //! aborted ranges by first offset, a set of producers whose open range is
 //! aborted, an ABORT marker that closes a producer's range, and control
 //! batches that are never records.
+//!
+//! Compressed records are decompressed with a bound (`inflate`): a batch
+//! that decompresses to more than `limit` bytes is stepped over, its
+//! records unread, and reported ([`SkippedBatch`]); the read goes on after
+//! it. One chunk keeps the records of little more than `limit` decompressed
+//! bytes (a fetch of many batches each just under the bound would
+//! otherwise hold them all) and steps over at most [`SKIPPED_PER_CHUNK`]
+//! batches past it (each costs decompressing `limit` bytes; a fetch of
+//! thousands of small bombs would otherwise hold the thread for seconds):
+//! past either, the rest waits for the next fetch. A chunk reads at least
+//! one batch, so every fetch moves on.
 
+use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
 
 use bytes::{Buf, Bytes};
-use kafka_protocol::records::RecordBatchDecoder;
+use kafka_protocol::records::{Compression, Record, RecordBatchDecoder};
 
-use krabka_coordination::LogRecord;
+use super::inflate::{Inflate, codec_name, codec_of, inflate};
+use krabka_coordination::{LogRecord, SkippedBatch};
 
 /// Bytes of a batch header before the records: base offset (8), length (4),
 /// leader epoch (4), magic (1), crc (4), attributes (2), last offset delta
@@ -21,6 +34,8 @@ use krabka_coordination::LogRecord;
 /// record count (4).
 const HEADER_LEN: usize = 61;
 const ATTR_TRANSACTIONAL: i16 = 1 << 4;
+/// Most batches past the bound one chunk steps over.
+const SKIPPED_PER_CHUNK: usize = 64;
 const ATTR_CONTROL: i16 = 1 << 5;
 
 /// What one fetched chunk of a partition holds for a committed reader.
@@ -28,8 +43,10 @@ const ATTR_CONTROL: i16 = 1 << 5;
 pub(crate) struct Visible {
     /// Data records at or above the fetch offset, in offset order.
     pub(crate) records: Vec<LogRecord>,
-    /// The offset after the last whole batch, if any batch was whole.
+    /// The offset after the last whole batch read, if any was.
     pub(crate) next_offset: Option<i64>,
+    /// The batches stepped over, their records unread, in offset order.
+    pub(crate) skipped: Vec<SkippedBatch>,
 }
 
 fn read_i16(b: &[u8], at: usize) -> i16 {
@@ -44,14 +61,51 @@ fn read_i64(b: &[u8], at: usize) -> i64 {
     (&b[at..at + 8]).get_i64()
 }
 
+/// One batch's records, or why they were not read.
+enum Decoded {
+    Records(Vec<Record>),
+    /// Compressed, they decompress to more than the bound.
+    TooLarge,
+}
+
+/// Decodes one whole `batch` (its CRC checked first), decompressing its
+/// records with `limit`; adds what it decompressed to `inflated` when they
+/// are read.
+fn decode(batch: &Bytes, limit: usize, inflated: &Cell<usize>) -> Result<Decoded, String> {
+    let too_large = Cell::new(false);
+    let decompress = |records: &mut Bytes, compression: Compression| {
+        if compression == Compression::None {
+            return Ok(records.clone());
+        }
+        match inflate(compression, &records[..], limit) {
+            Ok(out) => {
+                inflated.set(inflated.get().saturating_add(out.len()));
+                Ok(Bytes::from(out))
+            }
+            Err(Inflate::TooLarge) => {
+                too_large.set(true);
+                Err(std::io::Error::other("decompresses past the bound").into())
+            }
+            Err(Inflate::Corrupt(why)) => Err(std::io::Error::other(why).into()),
+        }
+    };
+    match RecordBatchDecoder::decode_with_custom_compression(&mut batch.clone(), Some(decompress)) {
+        Ok(set) => Ok(Decoded::Records(set.records)),
+        Err(_) if too_large.get() => Ok(Decoded::TooLarge),
+        Err(e) => Err(format!("{e:#}")),
+    }
+}
+
 /// Splits `bytes` into batches and keeps what a read_committed reader sees.
-/// `aborted` is the response's `(producer id, first offset)` list. A partial
-/// batch at the end (the broker cuts at `max_bytes`) is left for the next
-/// fetch.
+/// `aborted` is the response's `(producer id, first offset)` list; `limit`
+/// bounds what one batch may decompress to. A partial batch at the end
+/// (the broker cuts at `max_bytes`) is left for the next fetch, and so is
+/// what follows the chunk's share (the module docs).
 pub(crate) fn visible_records(
     bytes: &Bytes,
     aborted: &[(i64, i64)],
     fetch_offset: i64,
+    limit: usize,
 ) -> Result<Visible, String> {
     let mut heap: BinaryHeap<Reverse<(i64, i64)>> = aborted
         .iter()
@@ -59,6 +113,7 @@ pub(crate) fn visible_records(
         .collect();
     let mut aborted_producers: HashSet<i64> = HashSet::new();
     let mut out = Visible::default();
+    let inflated = Cell::new(0usize);
     let mut pos = 0usize;
     while bytes.len() - pos >= 12 {
         let base_offset = read_i64(bytes, pos);
@@ -73,7 +128,6 @@ pub(crate) fn visible_records(
             break;
         }
         let batch = bytes.slice(pos..pos + total);
-        pos += total;
         let magic = batch[16] as i8;
         if magic != 2 {
             return Err(format!(
@@ -83,17 +137,33 @@ pub(crate) fn visible_records(
         let attributes = read_i16(&batch, 21);
         let last_offset = base_offset + i64::from(read_i32(&batch, 23));
         let producer_id = read_i64(&batch, 43);
+        let transactional = attributes & ATTR_TRANSACTIONAL != 0;
+        let control = attributes & ATTR_CONTROL != 0;
+        let compressed = codec_of(attributes) != Some(Compression::None);
+        let spent = inflated.get() >= limit || out.skipped.len() >= SKIPPED_PER_CHUNK;
+        if last_offset >= fetch_offset && compressed && spent && out.next_offset.is_some() {
+            // This chunk decompressed its share: the next fetch goes on.
+            break;
+        }
+        pos += total;
         out.next_offset = Some(last_offset + 1);
         if last_offset < fetch_offset {
             continue;
         }
-        let transactional = attributes & ATTR_TRANSACTIONAL != 0;
-        let control = attributes & ATTR_CONTROL != 0;
 
-        let records = || {
-            RecordBatchDecoder::decode(&mut batch.clone())
-                .map(|set| set.records)
-                .map_err(|e| format!("batch at offset {base_offset}: {e:#}"))
+        let records = || match decode(&batch, limit, &inflated) {
+            Ok(Decoded::Records(records)) => Ok(Some(records)),
+            Ok(Decoded::TooLarge) => Ok(None),
+            Err(e) => Err(format!("batch at offset {base_offset}: {e}")),
+        };
+        let skipped = |out: &mut Visible| {
+            let compression = codec_of(attributes).map_or("unknown", codec_name);
+            out.skipped.push(SkippedBatch {
+                base_offset,
+                last_offset,
+                compression,
+                limit_bytes: limit,
+            });
         };
 
         if producer_id >= 0 {
@@ -106,7 +176,11 @@ pub(crate) fn visible_records(
             }
             if control {
                 // Control record key: version (i16), type (i16); 0 = ABORT.
-                let is_abort = records()?.first().is_some_and(|r| {
+                let Some(markers) = records()? else {
+                    skipped(&mut out);
+                    continue;
+                };
+                let is_abort = markers.first().is_some_and(|r| {
                     r.key
                         .as_ref()
                         .is_some_and(|k| k.len() >= 4 && read_i16(k, 2) == 0)
@@ -123,7 +197,11 @@ pub(crate) fn visible_records(
         if control {
             continue;
         }
-        for record in records()? {
+        let Some(records) = records()? else {
+            skipped(&mut out);
+            continue;
+        };
+        for record in records {
             if record.offset >= fetch_offset {
                 out.records.push(LogRecord {
                     offset: record.offset,
@@ -140,9 +218,12 @@ pub(crate) fn visible_records(
 pub(crate) mod tests {
     use super::*;
     use bytes::BytesMut;
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
+    use kafka_protocol::records::{RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+
+    use crate::fake::bomb_batch;
+
+    /// A bound well above what these tests' batches decompress to.
+    const LIMIT: usize = 1 << 20;
 
     /// One encoded batch; `control` with `abort` picks the marker type.
     pub(crate) fn batch(
@@ -210,7 +291,7 @@ pub(crate) mod tests {
             batch(6, 1, 7, true, None, none),        // txn 7 again: committed
             batch(7, 1, 7, true, Some(false), none), // COMMIT of 7
         ]);
-        let v = visible_records(&bytes, &[(7, 2)], 0).unwrap();
+        let v = visible_records(&bytes, &[(7, 2)], 0, LIMIT).unwrap();
         assert_eq!(offsets(&v), [0, 1, 3, 6]);
         assert_eq!(v.next_offset, Some(8));
         assert_eq!(&v.records[2].key[..], b"k3");
@@ -224,9 +305,12 @@ pub(crate) mod tests {
             batch(0, 1, 7, true, None, none),
             batch(1, 1, 7, true, Some(true), none),
         ]);
-        assert_eq!(offsets(&visible_records(&bytes, &[], 0).unwrap()), [0]);
+        assert_eq!(
+            offsets(&visible_records(&bytes, &[], 0, LIMIT).unwrap()),
+            [0]
+        );
         assert!(
-            visible_records(&bytes, &[(7, 0)], 0)
+            visible_records(&bytes, &[(7, 0)], 0, LIMIT)
                 .unwrap()
                 .records
                 .is_empty()
@@ -236,7 +320,7 @@ pub(crate) mod tests {
     #[test]
     fn records_below_the_fetch_offset_are_skipped() {
         let bytes = batch(10, 5, -1, false, None, Compression::None);
-        let v = visible_records(&bytes, &[], 12).unwrap();
+        let v = visible_records(&bytes, &[], 12, LIMIT).unwrap();
         assert_eq!(offsets(&v), [12, 13, 14]);
         assert_eq!(v.next_offset, Some(15));
     }
@@ -246,11 +330,14 @@ pub(crate) mod tests {
         let first = batch(0, 1, -1, false, None, Compression::None);
         let second = batch(1, 1, -1, false, None, Compression::None);
         let cut = join(&[first, second.slice(..second.len() - 3)]);
-        let v = visible_records(&cut, &[], 0).unwrap();
+        let v = visible_records(&cut, &[], 0, LIMIT).unwrap();
         assert_eq!(offsets(&v), [0]);
         assert_eq!(v.next_offset, Some(1));
         let tiny = Bytes::from_static(&[0, 0, 0]);
-        assert_eq!(visible_records(&tiny, &[], 0).unwrap(), Visible::default());
+        assert_eq!(
+            visible_records(&tiny, &[], 0, LIMIT).unwrap(),
+            Visible::default()
+        );
     }
 
     #[test]
@@ -261,7 +348,7 @@ pub(crate) mod tests {
             batch(5, 2, -1, false, None, Compression::Lz4),
             batch(7, 2, -1, false, None, Compression::Gzip),
         ]);
-        let v = visible_records(&bytes, &[], 0).unwrap();
+        let v = visible_records(&bytes, &[], 0, LIMIT).unwrap();
         assert_eq!(offsets(&v), (0..9).collect::<Vec<_>>());
     }
 
@@ -270,18 +357,173 @@ pub(crate) mod tests {
         let mut bytes = batch(0, 1, -1, false, None, Compression::None).to_vec();
         let last = bytes.len() - 1;
         bytes[last] ^= 0xff; // breaks the CRC
-        assert!(visible_records(&Bytes::from(bytes.clone()), &[], 0).is_err());
+        assert!(visible_records(&Bytes::from(bytes.clone()), &[], 0, LIMIT).is_err());
         bytes[16] = 1; // message format v1
-        let err = visible_records(&Bytes::from(bytes.clone()), &[], 0).unwrap_err();
+        let err = visible_records(&Bytes::from(bytes.clone()), &[], 0, LIMIT).unwrap_err();
         assert!(err.contains("v1"), "{err}");
         bytes[8..12].copy_from_slice(&(-5i32).to_be_bytes());
-        assert!(visible_records(&Bytes::from(bytes), &[], 0).is_err());
+        assert!(visible_records(&Bytes::from(bytes), &[], 0, LIMIT).is_err());
+    }
+
+    const CODECS: [Compression; 4] = [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
+    /// `batch` moved to `base`, its CRC unchanged (the base offset is
+    /// outside what the CRC covers).
+    fn at(base: i64, batch: Bytes) -> Bytes {
+        let mut moved = batch.to_vec();
+        moved[..8].copy_from_slice(&base.to_be_bytes());
+        Bytes::from(moved)
+    }
+
+    #[test]
+    fn a_batch_that_decompresses_past_the_bound_is_skipped_and_reading_goes_on() {
+        for codec in CODECS {
+            let name = crate::inflate::codec_name(codec);
+            let bytes = join(&[
+                batch(0, 2, -1, false, None, Compression::None),
+                at(2, bomb_batch(codec, b"k2", 2 * LIMIT as u64)),
+                batch(3, 1, -1, false, None, codec),
+            ]);
+            let v = visible_records(&bytes, &[], 0, LIMIT).unwrap();
+            assert_eq!(offsets(&v), [0, 1, 3], "{name}");
+            assert_eq!(v.next_offset, Some(4), "{name}: past the skipped batch");
+            let skipped = SkippedBatch {
+                base_offset: 2,
+                last_offset: 2,
+                compression: name,
+                limit_bytes: LIMIT,
+            };
+            assert_eq!(v.skipped, [skipped], "{name}");
+            // Under a bound it fits, the same batch is read.
+            let v = visible_records(&bytes, &[], 0, 3 * LIMIT).unwrap();
+            assert_eq!(offsets(&v), [0, 1, 2, 3], "{name}");
+            assert_eq!(v.records[2].value.as_ref().unwrap().len(), 2 * LIMIT);
+            assert!(v.skipped.is_empty(), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_chunk_decompresses_about_the_bound_and_leaves_the_rest_for_the_next_fetch() {
+        // Four batches of 0.4 of the bound each: after three (1.2 of it),
+        // the fourth waits; a batch without compression does not count.
+        let part = (LIMIT as u64) * 4 / 10;
+        let bytes = join(&[
+            bomb_batch(Compression::Zstd, b"a", part),
+            at(1, bomb_batch(Compression::Lz4, b"b", part)),
+            batch(2, 1, -1, false, None, Compression::None),
+            at(3, bomb_batch(Compression::Gzip, b"c", part)),
+            at(4, bomb_batch(Compression::Snappy, b"d", part)),
+        ]);
+        let first = visible_records(&bytes, &[], 0, LIMIT).unwrap();
+        assert_eq!(offsets(&first), [0, 1, 2, 3]);
+        assert_eq!(first.next_offset, Some(4));
+        let rest = visible_records(&bytes, &[], 4, LIMIT).unwrap();
+        assert_eq!(offsets(&rest), [4]);
+        assert_eq!(rest.next_offset, Some(5));
+        // Under a bound of one byte every compressed batch is stepped over
+        // (nothing kept, nothing to wait for) and the plain one read.
+        let tiny = visible_records(&bytes, &[], 0, 1).unwrap();
+        assert_eq!(offsets(&tiny), [2]);
+        assert_eq!((tiny.next_offset, tiny.skipped.len()), (Some(5), 4));
+    }
+
+    #[test]
+    fn a_chunk_steps_over_a_bounded_number_of_bombs_and_the_next_fetch_goes_on() {
+        // 150 small bombs (twice a 64 KiB bound each), then a record.
+        let bound = 64 * 1024;
+        let bomb = bomb_batch(Compression::Zstd, b"b", 2 * bound as u64);
+        let mut parts: Vec<Bytes> = (0..150).map(|i| at(i, bomb.clone())).collect();
+        parts.push(batch(150, 1, -1, false, None, Compression::Zstd));
+        let bytes = join(&parts);
+        let mut from = 0;
+        let mut fetches = Vec::new();
+        while from < 151 {
+            let v = visible_records(&bytes, &[], from, bound).unwrap();
+            fetches.push((v.skipped.len(), offsets(&v)));
+            from = v.next_offset.unwrap();
+        }
+        assert_eq!(
+            fetches,
+            [(64, vec![]), (64, vec![]), (22, vec![150])],
+            "64 a chunk, then the rest"
+        );
+    }
+
+    #[test]
+    fn an_aborted_batch_is_dropped_without_being_decompressed() {
+        // Producer 7's transactional batch, aborted: its "zstd" records are
+        // not zstd at all, and reading them would fail the chunk.
+        let record = Record {
+            transactional: true,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: 7,
+            producer_epoch: 0,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence: 0,
+            timestamp: 0,
+            key: Some(Bytes::from_static(b"k")),
+            value: None,
+            headers: Default::default(),
+        };
+        let garbage = |_: &mut BytesMut, out: &mut BytesMut, _: Compression| {
+            out.extend_from_slice(b"not zstd at all");
+            Ok(())
+        };
+        let mut aborted = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::Zstd,
+        };
+        RecordBatchEncoder::encode_with_custom_compression(
+            &mut aborted,
+            [&record],
+            &options,
+            Some(garbage),
+        )
+        .unwrap();
+        let bytes = join(&[
+            aborted.freeze(),
+            batch(1, 1, 7, true, Some(true), Compression::None),
+        ]);
+        let v = visible_records(&bytes, &[(7, 0)], 0, LIMIT).unwrap();
+        assert!(v.records.is_empty() && v.skipped.is_empty(), "{v:?}");
+        assert_eq!(v.next_offset, Some(2));
+        let err = visible_records(&bytes, &[], 0, LIMIT).unwrap_err();
+        assert!(err.contains("zstd"), "read when not aborted: {err}");
+    }
+
+    /// `batch` with its record count set to `count`, its CRC made right.
+    fn declaring(batch: Bytes, count: i32) -> Bytes {
+        let mut forged = batch.to_vec();
+        forged[57..61].copy_from_slice(&count.to_be_bytes());
+        let crc = crc32c::crc32c(&forged[21..]);
+        forged[17..21].copy_from_slice(&crc.to_be_bytes());
+        Bytes::from(forged)
+    }
+
+    #[test]
+    fn a_batch_declaring_more_records_than_it_holds_is_an_error_not_an_allocation() {
+        // 2^31 records declared: without the patched kafka-protocol, the
+        // test process aborts reserving them (over 300 GiB).
+        for codec in [Compression::None, Compression::Zstd] {
+            let bytes = declaring(batch(0, 1, -1, false, None, codec), i32::MAX);
+            let err = visible_records(&bytes, &[], 0, LIMIT).unwrap_err();
+            assert!(err.contains("2147483647 elements declared"), "{err}");
+        }
     }
 
     proptest::proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
-            let _ = visible_records(&Bytes::from(data), &[(1, 0)], 0);
+            let _ = visible_records(&Bytes::from(data), &[(1, 0)], 0, LIMIT);
         }
     }
 }

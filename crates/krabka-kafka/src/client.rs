@@ -67,6 +67,9 @@ struct Shared {
     settings: ConnSettings,
     tls: Option<Tls>,
     state: ClusterState,
+    /// Per topic, the most bytes a batch may decompress to, once read from
+    /// its `max.message.bytes` (`fetch`, `topic`).
+    batch_limits: Mutex<HashMap<String, usize>>,
 }
 
 /// One set of connections, one per broker address.
@@ -111,6 +114,7 @@ impl KafkaClient {
                 config,
                 settings,
                 tls,
+                batch_limits: Mutex::default(),
             }),
             pool: Arc::default(),
         })
@@ -146,6 +150,16 @@ impl KafkaClient {
     /// [`ClusterState::learn`].
     pub(crate) fn state(&self) -> &ClusterState {
         &self.shared.state
+    }
+
+    /// The bound on a batch's decompressed size learned for `topic`.
+    pub(crate) fn batch_limit(&self, topic: &str) -> Option<usize> {
+        lock(&self.shared.batch_limits).get(topic).copied()
+    }
+
+    /// Remembers `limit` as `topic`'s bound; true when it is new or changed.
+    pub(crate) fn remember_batch_limit(&self, topic: &str, limit: usize) -> bool {
+        lock(&self.shared.batch_limits).insert(topic.to_owned(), limit) != Some(limit)
     }
 
     pub(crate) fn observer(&self) -> Option<&Arc<dyn RequestObserver>> {

@@ -36,6 +36,14 @@ pub struct ClientConfig {
     pub metadata_max_age: Duration,
     /// Largest frame accepted from a broker.
     pub max_frame_bytes: usize,
+    /// Most bytes one record batch may decompress to; a batch past it is
+    /// skipped, its records unread (`fetch`). `None`: the topic's
+    /// `max.message.bytes` (Kafka's default, 1 MiB and 12 bytes, when it
+    /// cannot be read), the largest batch the topic takes uncompressed:
+    /// a compressed batch may not stand for more than the topic would
+    /// take as it is. The coordination protocol's batches hold a record
+    /// of at most about 128 KiB (two 32 KiB names in its key and value).
+    pub max_decompressed_batch_bytes: Option<usize>,
     /// Concurrent describes of one coordinator share requests (one in flight
     /// per coordinator); `false` sends one request per call.
     pub describe_batching: bool,
@@ -65,6 +73,7 @@ impl ClientConfig {
             hedge_after: Duration::from_millis(200),
             metadata_max_age: Duration::from_secs(300),
             max_frame_bytes: 100 * 1024 * 1024,
+            max_decompressed_batch_bytes: None,
             describe_batching: true,
             max_describe_batch: 500,
             coordinator_cache_bytes: 64 * 1024 * 1024,

@@ -3,10 +3,15 @@
 //! says, or never answer at all (a hung broker). A broker can be stopped and
 //! another started on its address (another cluster), and holds a Fetch
 //! answer for the request's long-poll wait, as a broker with no new data.
+//!
+//! And what a hostile member writes: [`bomb_batch`], a record batch that
+//! decompresses to far more than it weighs, and [`produce_raw`] to write
+//! it as it is.
 
 // Test support: a broken script or socket is the test's failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::io::Read;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -23,9 +28,14 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{
     Decodable, Encodable, HeaderVersion, StrBytes, decode_request_header_from_buffer,
 };
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use super::client::KafkaClient;
+use super::error::KafkaError;
 use super::versions::PINNED;
 
 /// What a scripted broker answers to one request: the encoded response
@@ -430,4 +440,139 @@ pub fn described(header: &RequestHeader, body: Bytes, pair: (i64, i16), state: &
         header,
         &DescribeTransactionsResponse::default().with_transaction_states(states),
     )
+}
+
+/// `input` compressed as a Kafka producer would: gzip, snappy in
+/// snappy-java's framing (32 KiB blocks), an LZ4 frame, a zstd frame. Read
+/// as it is compressed: `input` may stand for GiBs it never holds.
+pub fn compress(compression: Compression, mut input: impl Read) -> Vec<u8> {
+    let mut out = Vec::new();
+    match compression {
+        Compression::None => {
+            input.read_to_end(&mut out).unwrap();
+        }
+        Compression::Gzip => {
+            let best = flate2::Compression::best();
+            flate2::read::GzEncoder::new(input, best)
+                .read_to_end(&mut out)
+                .unwrap();
+        }
+        Compression::Zstd => {
+            zstd::stream::read::Encoder::new(input, 3)
+                .unwrap()
+                .read_to_end(&mut out)
+                .unwrap();
+        }
+        Compression::Lz4 => {
+            let mut encoder = lz4::EncoderBuilder::new()
+                .block_mode(lz4::BlockMode::Independent)
+                .build(out)
+                .unwrap();
+            std::io::copy(&mut input, &mut encoder).unwrap();
+            let (written, result) = encoder.finish();
+            result.unwrap();
+            out = written;
+        }
+        Compression::Snappy => {
+            out.extend_from_slice(b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01");
+            let mut block = vec![0; 32 * 1024];
+            let mut encoder = snap::raw::Encoder::new();
+            loop {
+                let n = read_full(&mut input, &mut block);
+                if n == 0 {
+                    break;
+                }
+                let compressed = encoder.compress_vec(&block[..n]).unwrap();
+                out.extend_from_slice(&(compressed.len() as u32).to_be_bytes());
+                out.extend_from_slice(&compressed);
+            }
+        }
+    }
+    out
+}
+
+/// Reads until `buf` is full or the input ends; the bytes read.
+fn read_full(input: &mut impl Read, buf: &mut [u8]) -> usize {
+    let mut n = 0;
+    while n < buf.len() {
+        match input.read(&mut buf[n..]).unwrap() {
+            0 => break,
+            m => n += m,
+        }
+    }
+    n
+}
+
+/// A varint as a record encodes its lengths (zigzag).
+fn varint(value: i64, out: &mut Vec<u8>) {
+    let mut v = ((value << 1) ^ (value >> 63)) as u64;
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// A record batch (v2, no producer) of one record, `key` and a value of
+/// `zeros` zero bytes, compressed with `compression`: what a member writes
+/// to make every reader decompress `zeros` bytes. Made as a stream, so a
+/// bomb of 768 MiB costs the test its compressed size (KiBs to a few MiB).
+pub fn bomb_batch(compression: Compression, key: &[u8], zeros: u64) -> Bytes {
+    // The record: size, attributes, timestamp delta, offset delta, key,
+    // value (its length, then the zeros), no header.
+    let mut head = vec![0, 0, 0];
+    varint(key.len() as i64, &mut head);
+    head.extend_from_slice(key);
+    varint(zeros as i64, &mut head);
+    let size = head.len() as u64 + zeros + 1;
+    let mut record = Vec::new();
+    varint(size as i64, &mut record);
+    record.extend_from_slice(&head);
+    let stream = Read::chain(std::io::Cursor::new(record), std::io::repeat(0).take(zeros));
+    let stream = Read::chain(stream, &[0u8][..]);
+    let compressed = compress(compression, stream);
+    // The batch header and its CRC, by kafka-protocol's encoder: its record
+    // stands in for the one compressed above.
+    let placeholder = Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: 0,
+        sequence: -1,
+        timestamp: 0,
+        key: Some(Bytes::copy_from_slice(key)),
+        value: None,
+        headers: Default::default(),
+    };
+    let mut batch = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression,
+    };
+    let records = [&placeholder];
+    let write = Some(|_: &mut BytesMut, out: &mut BytesMut, _: Compression| {
+        out.extend_from_slice(&compressed);
+        Ok(())
+    });
+    RecordBatchEncoder::encode_with_custom_compression(&mut batch, records, &options, write)
+        .unwrap();
+    batch.freeze()
+}
+
+/// Writes `batch` as it is to `topic`-`partition` (one produce request to
+/// its leader, acks=all, no retry): what any member may write. Its offset.
+pub async fn produce_raw(
+    client: &KafkaClient,
+    topic: &str,
+    partition: i32,
+    batch: Bytes,
+) -> Result<i64, KafkaError> {
+    client
+        .producer()
+        .produce_batch(topic, partition, batch, None)
+        .await
 }

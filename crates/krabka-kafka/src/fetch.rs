@@ -19,6 +19,12 @@
 //! (`state::epochs`; the tailer confirms its leaders itself): a member then
 //! reads the new leader's log, not the deposed one's, and does not
 //! challenge a holder whose leases it cannot see.
+//!
+//! Every member of every role may write to the topic, and every reader
+//! reads it from the start: so a compressed batch is decompressed with a
+//! bound ([`Reader::max_batch_bytes`]) and one past it is skipped, said at
+//! warn with its partition and offsets, and reported with the read
+//! ([`FetchChunk::skipped`]); the read goes on after it (`batch`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -37,7 +43,7 @@ use super::config::Broker;
 use super::error::{KafkaError, ResponseError};
 use super::retry::retrying;
 use super::state::Lesson;
-use krabka_coordination::LogRecord;
+use krabka_coordination::{LogRecord, SkippedBatch};
 
 const READ_COMMITTED: i8 = 1;
 /// ListOffsets timestamp for the end of the log (the LSO under read_committed).
@@ -49,6 +55,10 @@ const PARTITION_MAX_BYTES: i32 = 4 * 1024 * 1024;
 /// A read's leader is confirmed by another broker first unless a
 /// confirmation younger than this stands.
 const READ_CONFIRMED_WITHIN: Duration = Duration::from_secs(1);
+/// Kafka's default `max.message.bytes` (1 MiB and a batch header's 12
+/// bytes): the bound on a batch's decompressed size when neither the
+/// client's settings nor the topic say.
+pub const DEFAULT_MAX_BATCH_BYTES: usize = 1_048_588;
 
 /// Records read from one partition.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -63,6 +73,9 @@ pub struct PartitionRead {
     pub log_start_offset: i64,
     /// The high watermark at the last fetch.
     pub high_watermark: i64,
+    /// The batches stepped over, their records unread (they decompress
+    /// past the bound), in offset order.
+    pub skipped: Vec<SkippedBatch>,
 }
 
 /// One fetch response for one partition.
@@ -78,6 +91,9 @@ pub struct FetchChunk {
     pub high_watermark: i64,
     /// The log start offset.
     pub log_start_offset: i64,
+    /// The batches stepped over, their records unread (they decompress
+    /// past the bound), in offset order.
+    pub skipped: Vec<SkippedBatch>,
 }
 
 /// Where a read_committed reader of one partition stands, and how a fetch
@@ -228,13 +244,14 @@ fn build_fetch(topic: &str, positions: &[FetchPosition], max_wait: Duration) -> 
 }
 
 /// Per position, the committed records a Fetch answer (from `addr`) holds
-/// at or above its offset, or the partition's error. The outer error is
-/// the request's as a whole.
+/// at or above its offset, no batch decompressed past `limit` bytes, or
+/// the partition's error. The outer error is the request's as a whole.
 fn parse_fetch(
     response: FetchResponse,
     addr: &str,
     topic: &str,
     positions: &[FetchPosition],
+    limit: usize,
 ) -> Result<Chunks, KafkaError> {
     if response.error_code != 0 {
         return Err(KafkaError::broker("Fetch", response.error_code, None));
@@ -260,16 +277,28 @@ fn parse_fetch(
                 Some(data) if data.error_code != 0 => {
                     Err(KafkaError::broker("Fetch", data.error_code, None))
                 }
-                Some(data) => chunk_of(data, position.offset)
+                Some(data) => chunk_of(data, position.offset, limit)
                     .map_err(|reason| protocol(format!("{topic}-{partition}: {reason}"))),
             };
+            for skipped in chunk.iter().flat_map(|c| &c.skipped) {
+                tracing::warn!(
+                    topic,
+                    partition,
+                    offset = skipped.base_offset,
+                    last_offset = skipped.last_offset,
+                    compression = skipped.compression,
+                    limit_bytes = skipped.limit_bytes,
+                    "skipped a record batch that decompresses to more than the bound: its records are not read (a decompression bomb, or a batch larger than the topic's max.message.bytes unless the bound is set higher)"
+                );
+            }
             (partition, chunk)
         })
         .collect())
 }
 
-/// The visible part of one partition's fetched data, read from `offset`.
-fn chunk_of(data: PartitionData, offset: i64) -> Result<FetchChunk, String> {
+/// The visible part of one partition's fetched data, read from `offset`,
+/// no batch decompressed past `limit` bytes.
+fn chunk_of(data: PartitionData, offset: i64, limit: usize) -> Result<FetchChunk, String> {
     let aborted: Vec<(i64, i64)> = data
         .aborted_transactions
         .unwrap_or_default()
@@ -277,7 +306,7 @@ fn chunk_of(data: PartitionData, offset: i64) -> Result<FetchChunk, String> {
         .map(|a| (a.producer_id.0, a.first_offset))
         .collect();
     let visible = match &data.records {
-        Some(bytes) => visible_records(bytes, &aborted, offset)?,
+        Some(bytes) => visible_records(bytes, &aborted, offset, limit)?,
         None => Default::default(),
     };
     Ok(FetchChunk {
@@ -286,6 +315,7 @@ fn chunk_of(data: PartitionData, offset: i64) -> Result<FetchChunk, String> {
         last_stable_offset: data.last_stable_offset,
         high_watermark: data.high_watermark,
         log_start_offset: data.log_start_offset,
+        skipped: visible.skipped,
     })
 }
 
@@ -330,6 +360,33 @@ impl Reader<'_> {
         (groups, errors)
     }
 
+    /// The most bytes one batch of `topic` may decompress to: the client's
+    /// `max_decompressed_batch_bytes`, else the topic's `max.message.bytes`
+    /// (learned with the check that the topic is compacted, or asked once
+    /// at the first read), else [`DEFAULT_MAX_BATCH_BYTES`] when it cannot
+    /// be read (said once at warn; a later check of the topic may still
+    /// learn it).
+    pub async fn max_batch_bytes(&self, topic: &str) -> usize {
+        if let Some(limit) = self.client.config().max_decompressed_batch_bytes {
+            return limit;
+        }
+        if let Some(limit) = self.client.batch_limit(topic) {
+            return limit;
+        }
+        let why = match self.client.topics().max_message_bytes(topic).await {
+            Ok(Some(limit)) => return limit,
+            Ok(None) => "the topic's configs do not say".to_owned(),
+            Err(error) => error.to_string(),
+        };
+        if self
+            .client
+            .remember_batch_limit(topic, DEFAULT_MAX_BATCH_BYTES)
+        {
+            tracing::warn!(topic, reason = %why, limit_bytes = DEFAULT_MAX_BATCH_BYTES, "cannot read the topic's max.message.bytes: its batches are read decompressed up to Kafka's default");
+        }
+        DEFAULT_MAX_BATCH_BYTES
+    }
+
     /// One ListOffsets (read_committed) for a partition: `LATEST` gives the
     /// last stable offset, `EARLIEST` the log start offset. Retried.
     pub async fn list_offset(
@@ -367,13 +424,14 @@ impl Reader<'_> {
         positions: &[FetchPosition],
         max_wait: Duration,
     ) -> Result<Chunks, KafkaError> {
+        let limit = self.max_batch_bytes(topic).await;
         let request = build_fetch(topic, positions, max_wait);
         let timeout = self.client.config().request_timeout + max_wait;
         let response = self
             .client
             .send_to_within(&leader.addr, &request, timeout)
             .await?;
-        let chunks = parse_fetch(response, &leader.addr, topic, positions)?;
+        let chunks = parse_fetch(response, &leader.addr, topic, positions, limit)?;
         for (_, chunk) in &chunks {
             if let Err(error) = chunk {
                 self.client.state().learn(Lesson::PartitionError {
@@ -466,6 +524,7 @@ impl Reader<'_> {
             read.high_watermark = chunk.high_watermark;
             cursor.advance(&chunk);
             read.records.extend(chunk.records);
+            read.skipped.extend(chunk.skipped);
         }
         read.next_offset = cursor.next_offset().max(from.max(0));
         Ok(read)
@@ -557,7 +616,7 @@ mod tests {
             FetchableTopicResponse::default().with_partitions(vec![data(0, 0), data(1, 74)]),
         ]);
         let positions = [position(0, 5), position(1, 5), position(2, 5)];
-        let chunks = parse_fetch(response, "b:1", "t", &positions).unwrap();
+        let chunks = parse_fetch(response, "b:1", "t", &positions, 1024).unwrap();
         let chunk = chunks[0].1.as_ref().unwrap();
         assert_eq!((chunk.last_stable_offset, chunk.high_watermark), (12, 14));
         assert!(chunk.records.is_empty() && chunk.next_offset.is_none());
@@ -565,7 +624,7 @@ mod tests {
         assert!(matches!(chunks[2].1, Err(KafkaError::Protocol { .. })));
         let failed = FetchResponse::default().with_error_code(58);
         assert_eq!(
-            parse_fetch(failed, "b:1", "t", &positions)
+            parse_fetch(failed, "b:1", "t", &positions, 1024)
                 .unwrap_err()
                 .code(),
             Some(58)

@@ -24,7 +24,7 @@
 //! ```text
 //!  transport ─► txn ─► produce                         (the seams)
 //!      └──────► topic
-//!  tail ─► fetch ─► batch      describe/ ─► coordinator, retry
+//!  tail ─► fetch ─► batch ─► inflate     describe/ ─► coordinator, retry
 //!  metadata    cluster                   (the handles and the seams' impls)
 //!      │ every operation
 //!      ▼
@@ -60,6 +60,7 @@ mod failures;
 pub mod fake;
 mod fetch;
 pub mod files;
+mod inflate;
 mod metadata;
 mod observe;
 mod produce;
@@ -83,7 +84,9 @@ pub use describe::CONFIRM_WINDOW;
 pub use describe::Describer;
 pub use error::{FENCED, KafkaError, ResponseError, is_retriable};
 pub use fetch::Reader;
-pub use fetch::{Cursor, EARLIEST, FetchChunk, FetchPosition, LATEST, PartitionRead};
+pub use fetch::{
+    Cursor, DEFAULT_MAX_BATCH_BYTES, EARLIEST, FetchChunk, FetchPosition, LATEST, PartitionRead,
+};
 pub use metadata::ClusterMetadata;
 pub use observe::{Outcome, RequestObserver, StaleReason};
 pub use produce::Producer;

@@ -250,6 +250,7 @@ impl Tailer {
                     Ok(Tailed::Read {
                         partition,
                         records: chunk.records,
+                        skipped: chunk.skipped,
                         next_offset: cursor.next_offset(),
                         last_stable_offset: chunk.last_stable_offset,
                         complete_as_of,
@@ -269,6 +270,7 @@ impl Tailer {
                             Ok(Tailed::Read {
                                 partition,
                                 records: Vec::new(),
+                                skipped: Vec::new(),
                                 next_offset: cursor.next_offset(),
                                 last_stable_offset: start,
                                 complete_as_of: None,

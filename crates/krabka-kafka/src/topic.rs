@@ -1,5 +1,7 @@
 //! The coordination topic: create it compacted when missing, read its
-//! partition count, and refuse one that is not compacted.
+//! partition count, refuse one that is not compacted, and read the
+//! largest batch it takes (`max.message.bytes`), which bounds what a batch
+//! of it may decompress to (`fetch`).
 
 use std::time::Duration;
 
@@ -47,30 +49,34 @@ fn topic_err(topic: &str, reason: impl Into<String>) -> KafkaError {
     }
 }
 
-/// A DescribeConfigs of one key of one resource.
-fn build_describe_config(kind: i8, name: &str, key: &str) -> DescribeConfigsRequest {
+/// The topic config that bounds a batch's size as written.
+const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
+
+/// A DescribeConfigs of `keys` of one resource.
+fn build_describe_config(kind: i8, name: &str, keys: &[&str]) -> DescribeConfigsRequest {
+    let keys = keys.iter().map(|k| StrBytes::from_string((*k).to_owned()));
     DescribeConfigsRequest::default().with_resources(vec![
         DescribeConfigsResource::default()
             .with_resource_type(kind)
             .with_resource_name(StrBytes::from_string(name.to_owned()))
-            .with_configuration_keys(Some(vec![StrBytes::from_string(key.to_owned())])),
+            .with_configuration_keys(Some(keys.collect())),
     ])
 }
 
 /// The value of `key` in a DescribeConfigs answer of one resource, or its
 /// error; `None` when the resource has no such key.
 fn parse_describe_config(
-    response: DescribeConfigsResponse,
+    response: &DescribeConfigsResponse,
     key: &str,
 ) -> Result<Option<String>, KafkaError> {
-    let Some(result) = response.results.into_iter().next() else {
+    let Some(result) = response.results.first() else {
         return Ok(None);
     };
     if result.error_code != 0 {
         return Err(KafkaError::broker(
             "DescribeConfigs",
             result.error_code,
-            result.error_message.map(|m| m.to_string()),
+            result.error_message.as_ref().map(|m| m.to_string()),
         ));
     }
     Ok(result
@@ -79,6 +85,16 @@ fn parse_describe_config(
         .find(|c| c.name.as_str() == key)
         .and_then(|c| c.value.as_ref())
         .map(|v| v.to_string()))
+}
+
+/// The `max.message.bytes` a DescribeConfigs answer gives, when it gives
+/// a positive number.
+fn parse_max_message_bytes(response: &DescribeConfigsResponse) -> Option<usize> {
+    parse_describe_config(response, MAX_MESSAGE_BYTES)
+        .ok()
+        .flatten()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&bytes| bytes > 0)
 }
 
 /// A CreateTopics of `topic` as `spec` says, compacted whatever it says.
@@ -156,18 +172,49 @@ impl Topics<'_> {
         }
     }
 
-    /// The topic's `cleanup.policy`, asked of any broker.
+    /// The topic's `cleanup.policy`, asked of any broker; its
+    /// `max.message.bytes` comes with it and is remembered.
     pub async fn cleanup_policy(&self, topic: &str) -> Result<String, KafkaError> {
         retrying(self.client.config(), "describe configs", || async move {
-            let request = build_describe_config(RESOURCE_TOPIC, topic, "cleanup.policy");
+            let keys = ["cleanup.policy", MAX_MESSAGE_BYTES];
+            let request = build_describe_config(RESOURCE_TOPIC, topic, &keys);
             let (response, _) = self.client.send_any(&request, &[]).await?;
             if response.results.is_empty() {
                 return Err(topic_err(topic, "DescribeConfigs answered nothing"));
             }
-            let policy = parse_describe_config(response, "cleanup.policy")?;
+            let policy = parse_describe_config(&response, "cleanup.policy")?;
+            if let Some(bytes) = parse_max_message_bytes(&response) {
+                self.remember_max_message_bytes(topic, bytes);
+            }
             Ok(policy.unwrap_or_else(|| "delete".to_owned()))
         })
         .await
+    }
+
+    /// The topic's `max.message.bytes`, from one DescribeConfigs (no
+    /// retry: a read waits for it), remembered; `None` when the answer
+    /// has none.
+    pub async fn max_message_bytes(&self, topic: &str) -> Result<Option<usize>, KafkaError> {
+        let request = build_describe_config(RESOURCE_TOPIC, topic, &[MAX_MESSAGE_BYTES]);
+        let (response, _) = self.client.send_any(&request, &[]).await?;
+        parse_describe_config(&response, MAX_MESSAGE_BYTES)?;
+        let bytes = parse_max_message_bytes(&response);
+        if let Some(bytes) = bytes {
+            self.remember_max_message_bytes(topic, bytes);
+        }
+        Ok(bytes)
+    }
+
+    fn remember_max_message_bytes(&self, topic: &str, bytes: usize) {
+        if self.client.config().max_decompressed_batch_bytes.is_none()
+            && self.client.remember_batch_limit(topic, bytes)
+        {
+            tracing::info!(
+                topic,
+                max_message_bytes = bytes,
+                "the topic's batches are read decompressed up to its max.message.bytes; a compressed batch that decompresses to more is skipped"
+            );
+        }
     }
 
     /// One broker-level config value (e.g. `transaction.max.timeout.ms`).
@@ -194,9 +241,9 @@ impl Topics<'_> {
                         addr: "the cluster".into(),
                         reason: "no broker known".into(),
                     })?;
-                let request = build_describe_config(RESOURCE_BROKER, &id.to_string(), key);
+                let request = build_describe_config(RESOURCE_BROKER, &id.to_string(), &[key]);
                 let response = self.client.send_to(&addr, &request).await?;
-                parse_describe_config(response, key)
+                parse_describe_config(&response, key)
             },
         )
         .await
@@ -316,17 +363,17 @@ mod tests {
                     ]),
             ])
         };
-        let policy = parse_describe_config(answer(0, Some("compact")), "cleanup.policy");
+        let policy = parse_describe_config(&answer(0, Some("compact")), "cleanup.policy");
         assert_eq!(policy, Ok(Some("compact".to_owned())));
         assert_eq!(
-            parse_describe_config(answer(0, None), "cleanup.policy"),
+            parse_describe_config(&answer(0, None), "cleanup.policy"),
             Ok(None)
         );
         assert_eq!(
-            parse_describe_config(answer(0, Some("x")), "other"),
+            parse_describe_config(&answer(0, Some("x")), "other"),
             Ok(None)
         );
-        let denied = parse_describe_config(answer(29, None), "cleanup.policy");
+        let denied = parse_describe_config(&answer(29, None), "cleanup.policy");
         assert_eq!(denied.unwrap_err().code(), Some(29));
     }
 }

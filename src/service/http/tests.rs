@@ -546,6 +546,40 @@ async fn roster_views_follow_the_topic() {
     assert_eq!(rig.state.checker.floor("orders", token.producer_id()), None);
 }
 
+#[tokio::test]
+async fn a_skipped_batch_is_counted_and_shown_on_its_partitions_views_only() {
+    let rig = rig();
+    let member = rig.cluster.transport();
+    let partition = crate::coordination::role_partition("orders", 4).unwrap();
+    let other = (0..)
+        .map(|i| format!("other-{i}"))
+        .find(|r| crate::coordination::role_partition(r, 4) != Ok(partition))
+        .unwrap();
+    member.register("orders", "node-1", 1).await.unwrap();
+    member.register(&other, "node-9", 1).await.unwrap();
+    let offset = rig.cluster.append_oversized(partition, "zstd");
+    member.register("orders", "node-2", 2).await.unwrap();
+    let view = eventually(FIVE_S, "both members of orders", async || {
+        let (status, _, body) = call(&rig.app, get("/roles/orders")).await;
+        let members = body["members"].as_array().map_or(0, Vec::len);
+        (status == StatusCode::OK && members == 2).then_some(body)
+    })
+    .await;
+    assert_eq!(
+        view["view"]["skippedBatches"],
+        serde_json::json!([{"offset": offset, "lastOffset": offset, "compression": "zstd", "limitBytes": 1_048_588}]),
+        "{view}"
+    );
+    assert_eq!(view["view"]["offset"], offset + 2, "read past it");
+    let (_, _, elsewhere) = call(&rig.app, get(&format!("/roles/{other}"))).await;
+    assert_eq!(elsewhere["view"]["skippedBatches"], serde_json::json!([]));
+    assert_eq!(elsewhere["members"][0]["member"], "node-9");
+    let counted = sample(&rig.app, "krabka_state_skipped_batches_total").await;
+    assert_eq!(counted, Some(1.0));
+    rig.state.probe().await;
+    assert_eq!(call(&rig.app, get("/readyz")).await.0, StatusCode::OK);
+}
+
 /// The value of one sample of `metric` in the exposition.
 async fn sample(app: &Router, metric: &str) -> Option<f64> {
     let (_, _, body) = call(app, get("/metrics")).await;

@@ -26,6 +26,7 @@ pub mod roster;
 mod status;
 mod tracker;
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -43,7 +44,7 @@ use super::check::Checker;
 use super::metrics::Metrics;
 use crate::backoff::{Backoff, Jitter};
 use crate::cluster::{Cluster, ClusterError, Tailed};
-use crate::coordination::{RoleState, role_partition};
+use crate::coordination::{RoleState, SkippedBatch, role_partition};
 use crate::sync::{lock, read, write};
 use crate::time::{Clock, boot_now, millis};
 
@@ -133,6 +134,10 @@ pub enum TopicSearch {
     Found,
 }
 
+/// Skipped batches a partition's views show, the latest ones; the metric
+/// counts them all.
+const SKIPPED_SHOWN: usize = 16;
+
 /// One role as the views show it.
 #[derive(Clone, Debug)]
 pub struct RoleView {
@@ -153,6 +158,9 @@ pub struct RoleView {
     pub failovers_in_window: usize,
     /// The coordinator's view at the last poll.
     pub coordinator: Option<CoordinatorView>,
+    /// The partition's batches the reads stepped over, their records
+    /// unread (they decompress past the bound): the latest, oldest first.
+    pub skipped: Vec<SkippedBatch>,
 }
 
 #[derive(Debug)]
@@ -165,6 +173,8 @@ struct Part {
     /// ([`Clock::monotonic_ms`]: ages never rest on the wall clock, which
     /// may be stepped back, and count the time the host was suspended).
     complete_as_of: Option<i64>,
+    /// The latest batches stepped over, at most [`SKIPPED_SHOWN`].
+    skipped: VecDeque<SkippedBatch>,
 }
 
 impl Part {
@@ -288,6 +298,7 @@ impl Watcher {
                             error: None,
                             read_at: None,
                             complete_as_of: None,
+                            skipped: VecDeque::new(),
                         })
                     })
                     .collect(),
@@ -419,6 +430,7 @@ impl Watcher {
                 Tailed::Read {
                     partition,
                     records,
+                    skipped,
                     next_offset,
                     last_stable_offset,
                     complete_as_of,
@@ -431,6 +443,14 @@ impl Watcher {
                         let mut part = lock(slot);
                         for record in &records {
                             part.tracker.apply(record, now, &mut effects);
+                        }
+                        // Said at warn by the reader; counted and shown here.
+                        for batch in skipped {
+                            self.metrics.skipped_batches.inc();
+                            if part.skipped.len() == SKIPPED_SHOWN {
+                                part.skipped.pop_front();
+                            }
+                            part.skipped.push_back(batch);
                         }
                         let before = part.tracker.caught_up();
                         let lag = part.tracker.advance(next_offset, last_stable_offset);
@@ -612,6 +632,7 @@ impl Watcher {
             status: Some(facts.status),
             failovers_in_window: facts.failovers_in_window,
             coordinator: facts.coordinator,
+            skipped: part.skipped.iter().cloned().collect(),
         }
     }
 

@@ -58,17 +58,35 @@ pub struct ChallengerView<'a> {
     pub challenge_at: Rfc3339Ms,
 }
 
-/// How fresh a view is.
+/// A batch of the partition the view's reads stepped over.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SkippedView {
+    /// The offset of its first record.
+    pub offset: i64,
+    /// The offset of its last record.
+    pub last_offset: i64,
+    /// Its codec: `gzip`, `snappy`, `lz4` or `zstd`.
+    pub compression: &'static str,
+    /// The bound it decompresses past, in bytes.
+    pub limit_bytes: usize,
+}
+
+/// How fresh a view is, and what it could not read.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Staleness {
-    /// Every record below this offset of the partition is included.
+    /// Every record below this offset of the partition is included, but
+    /// those of the skipped batches.
     pub offset: i64,
     /// Milliseconds since `refreshed_at`.
     pub age_ms: u64,
     /// The instant the partition's log is known to have held nothing more
     /// (the watcher's module docs).
     pub refreshed_at: Rfc3339Ms,
+    /// The partition's batches stepped over, their records unread: they
+    /// decompress past the bound (the latest 16, oldest first).
+    pub skipped_batches: Vec<SkippedView>,
 }
 
 /// The roster of one role.
@@ -177,6 +195,16 @@ fn staleness(view: &RoleView) -> Staleness {
         offset: view.offset,
         age_ms: view.age.as_millis() as u64,
         refreshed_at: Rfc3339Ms(view.refreshed_at_ms),
+        skipped_batches: view
+            .skipped
+            .iter()
+            .map(|b| SkippedView {
+                offset: b.base_offset,
+                last_offset: b.last_offset,
+                compression: b.compression,
+                limit_bytes: b.limit_bytes,
+            })
+            .collect(),
     }
 }
 

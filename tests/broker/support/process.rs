@@ -24,6 +24,19 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A memory figure of process `pid` from `/proc/<pid>/status`, in KiB:
+/// `VmRSS` (resident now) or `VmHWM` (its peak); 0 when unreadable.
+pub fn memory_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(&format!("{field}:")))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// A child process killed (and reaped) when the test ends, even by a panic.
 #[derive(Debug)]
 pub struct Process(pub Child);
@@ -84,6 +97,11 @@ impl Served {
         }
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.process.0.id()
+    }
+
     /// What it wrote to stderr so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -99,6 +117,23 @@ impl Served {
             }
             Err(_) => (0, Value::Null),
         }
+    }
+
+    /// The sum of the samples of metric `name` it exports (0 when none).
+    pub async fn metric(&self, name: &str) -> f64 {
+        let text = reqwest::get(format!("{}/metrics", self.url))
+            .await
+            .expect("the service answers")
+            .text()
+            .await
+            .unwrap_or_default();
+        text.lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|r| r.starts_with([' ', '{']))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     }
 
     /// Polls `path` until `accept` takes the answer; panics after `limit`

@@ -98,6 +98,18 @@ pub async fn metric(service: &Service, name: &str, labels: &[(&str, &str)]) -> f
         .unwrap_or(0.0)
 }
 
+/// The members of a roster view, in rank order.
+pub fn members(view: &Value) -> Vec<String> {
+    view["members"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter_map(|m| m["member"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Waits until `/readyz` answers 200.
 pub async fn ready(service: &Service) {
     eventually(|| async {

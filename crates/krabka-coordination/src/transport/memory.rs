@@ -23,8 +23,8 @@ use super::{
 use crate::cluster::{Cluster, ClusterError, Described, Floor, Tailed};
 use crate::sync::lock;
 use crate::{
-    FencingToken, Key, Lease, LogRecord, Registration, decode_key, encode_key, encode_lease,
-    encode_registration, role_partition,
+    FencingToken, Key, Lease, LogRecord, Registration, SkippedBatch, decode_key, encode_key,
+    encode_lease, encode_registration, role_partition,
 };
 
 /// Epochs at or above this are exhausted; the next mint rotates the producer
@@ -39,6 +39,9 @@ struct ClusterState {
     /// candidate connecting with a topic spec would.
     topic_exists: bool,
     logs: HashMap<i32, Vec<LogRecord>>,
+    /// Per partition, the batches a reader steps over (they decompress past
+    /// its bound); each holds one offset of the log, its record unread.
+    oversized: HashMap<i32, Vec<SkippedBatch>>,
     current: HashMap<String, FencingToken>,
     /// The coordinator's transaction state per role.
     txn_states: HashMap<String, &'static str>,
@@ -210,6 +213,25 @@ impl MemoryCluster {
         state.txn_states.remove(role);
     }
 
+    /// Appends a batch that decompresses to more than readers' bound (a
+    /// member's decompression bomb) to `partition`: it takes an offset,
+    /// and reads step over it and report it.
+    pub fn append_oversized(&self, partition: i32, compression: &'static str) -> i64 {
+        let offset = self.append_raw(partition, Bytes::new(), None);
+        self.lock()
+            .oversized
+            .entry(partition)
+            .or_default()
+            .push(SkippedBatch {
+                base_offset: offset,
+                last_offset: offset,
+                compression,
+                limit_bytes: 1_048_588,
+            });
+        self.appended.send_modify(|n| *n += 1);
+        offset
+    }
+
     /// Appends a raw record to `partition` (malformed data, for tests).
     pub fn append_raw(&self, partition: i32, key: Bytes, value: Option<Bytes>) -> i64 {
         let offset = {
@@ -342,15 +364,27 @@ impl Cluster for MemoryCluster {
                             },
                             None => {
                                 let log = state.logs.get(&partition).map_or(&[][..], |l| &l[..]);
+                                let skipped: Vec<SkippedBatch> = state
+                                    .oversized
+                                    .get(&partition)
+                                    .into_iter()
+                                    .flatten()
+                                    .filter(|b| b.base_offset >= *offset)
+                                    .cloned()
+                                    .collect();
                                 let records: Vec<LogRecord> = log
                                     .iter()
-                                    .filter(|r| r.offset >= *offset)
+                                    .filter(|r| {
+                                        r.offset >= *offset
+                                            && !state.is_oversized(partition, r.offset)
+                                    })
                                     .cloned()
                                     .collect();
                                 *offset = (*offset).max(log.len() as i64);
                                 Tailed::Read {
                                     partition,
                                     records,
+                                    skipped,
                                     next_offset: *offset,
                                     last_stable_offset: log.len() as i64,
                                     complete_as_of: (!state.unconfirmed.contains(&partition))
@@ -412,6 +446,13 @@ impl ClusterState {
             Some(reason) => Err(TransportError::Unavailable(reason)),
             None => Ok(()),
         }
+    }
+
+    /// Whether `offset` of `partition` is held by an oversized batch.
+    fn is_oversized(&self, partition: i32, offset: i64) -> bool {
+        self.oversized
+            .get(&partition)
+            .is_some_and(|b| b.iter().any(|b| b.base_offset == offset))
     }
 
     fn append(&mut self, role: &str, key: &Key, value: Option<Vec<u8>>) -> TransportResult<i64> {
@@ -521,6 +562,7 @@ impl StateReader for MemoryTransport {
             .get(&partition)
             .map(|log| {
                 log.iter()
+                    .filter(|r| !state.is_oversized(partition, r.offset))
                     .filter(|r| decode_key(&r.key).map_or(true, |k| k.role == role))
                     .cloned()
                     .collect()

@@ -10,7 +10,16 @@
 //! that gives up halfway through writing its frame poisons it too: the
 //! broker would read the next frame from the middle of this one.
 //! A request that times out also poisons the connection, as Kafka's Java
-//! client does: a silent broker is a dead connection.
+//! client does: a silent broker is a dead connection. So does an answer
+//! that does not decode (a broken broker or proxy, or one that declares
+//! more elements than it sent): its caller gets the connection's closing,
+//! which is retried like any other, and nothing else read from that peer
+//! is trusted.
+//!
+//! Nothing a peer declares is allocated before it arrives: a frame's
+//! buffer grows with the bytes read (the declared size only bounds it, as
+//! `max_frame_bytes` bounds the size), and the patched kafka-protocol
+//! refuses an element count that the frame cannot hold (docs/development.md).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -400,13 +409,15 @@ impl Connection {
             }
             Ok(result) => result?,
         };
-        let protocol = |e: String| KafkaError::Protocol {
-            addr: addr.clone(),
-            reason: format!("cannot decode {api} v{version} response: {e}"),
-        };
-        ResponseHeader::decode(&mut body, R::Response::header_version(version))
-            .map_err(|e| protocol(format!("{e:#}")))?;
-        R::Response::decode(&mut body, version).map_err(|e| protocol(format!("{e:#}")))
+        let decoded = ResponseHeader::decode(&mut body, R::Response::header_version(version))
+            .and_then(|_| R::Response::decode(&mut body, version));
+        decoded.map_err(|e| {
+            let err = self.shared.closed(format!(
+                "its {api} v{version} answer does not decode: {e:#}"
+            ));
+            self.shared.poison(err.clone());
+            err
+        })
     }
 
     /// Writes one whole frame (and flushes it: TLS buffers) under the write
@@ -480,6 +491,25 @@ fn io_failure(shared: &Shared, op: &str, e: std::io::Error) -> KafkaError {
     }
 }
 
+/// Reads a frame body of `size` bytes into `body`, which grows as they
+/// arrive (at most doubling what was read): a peer that declares a large
+/// frame and sends little costs what it sent, not what it declared.
+async fn read_body<R>(read: &mut R, size: usize, body: &mut BytesMut) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+{
+    while body.len() < size {
+        let left = size - body.len();
+        if body.capacity() == body.len() {
+            body.reserve(left.min(body.len().max(READ_BUFFER)));
+        }
+        if (&mut *read).take(left as u64).read_buf(body).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(())
+}
+
 async fn read_loop<R>(mut read: R, shared: Arc<Shared>, max_frame: usize)
 where
     R: AsyncRead + Unpin,
@@ -496,8 +526,8 @@ where
                 max: max_frame,
             };
         }
-        let mut body = BytesMut::zeroed(size as usize);
-        if let Err(e) = read.read_exact(&mut body).await {
+        let mut body = BytesMut::new();
+        if let Err(e) = read_body(&mut read, size as usize, &mut body).await {
             break io_failure(&shared, "read", e);
         }
         let body = body.freeze();

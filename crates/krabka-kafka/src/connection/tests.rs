@@ -225,3 +225,169 @@ async fn a_late_answer_to_an_abandoned_request_is_ignored() {
     let (result, ()) = tokio::join!(second, fake);
     assert_eq!(tag(&result.expect("answered").0), "fresh");
 }
+
+/// The count a compact array, string or bytes field declares: u32::MAX - 1.
+const COMPACT_HUGE: [u8; 5] = [0xff, 0xff, 0xff, 0xff, 0x0f];
+/// The count a classic array declares: i32::MAX.
+const HUGE: [u8; 4] = [0x7f, 0xff, 0xff, 0xff];
+
+/// Whether a request was answered, and whether its connection closed.
+type Outcome = (Result<(), KafkaError>, bool);
+
+/// Sends a default `R` at `version` and answers it with a response header
+/// and `body`.
+async fn answered_with<R: Request + Default>(version: i16, body: &[u8]) -> Outcome {
+    let (client, mut broker) = tokio::io::duplex(MAX);
+    let conn = connection(client);
+    let request = R::default();
+    let call = conn.send(&request, version, Duration::from_secs(5));
+    let fake = async {
+        let (id, _) = read_request(&mut broker).await;
+        let mut frame = BytesMut::new();
+        ResponseHeader::default()
+            .with_correlation_id(id)
+            .encode(&mut frame, R::Response::header_version(version))
+            .expect("header");
+        frame.extend_from_slice(body);
+        broker.write_i32(frame.len() as i32).await.expect("size");
+        broker.write_all(&frame).await.expect("write");
+        broker
+    };
+    let (result, _broker) = tokio::join!(call, fake);
+    let closed = conn.is_closed();
+    if closed {
+        // Later calls fail at once, without writing.
+        let again = conn
+            .send(&R::default(), version, Duration::from_secs(5))
+            .await;
+        assert!(matches!(again, Err(KafkaError::ConnectionClosed { .. })));
+    }
+    (result.map(drop), closed)
+}
+
+/// Every answer the client decodes, at the version it sends, declaring a
+/// count of 2^31 or 2^32 elements (or bytes) where its first one stands:
+/// before the patched kafka-protocol, the array ones aborted the process
+/// (an allocation failure); now each is an error that closes the
+/// connection, and its caller may retry.
+#[tokio::test]
+async fn an_answer_declaring_a_huge_count_closes_the_connection_and_is_retried() {
+    use kafka_protocol::messages::*;
+    let t = [0u8; 4]; // throttle time
+    let e = [0u8; 2]; // error code
+    let cases: Vec<(&str, Outcome)> = vec![
+        (
+            "ApiVersions",
+            answered_with::<ApiVersionsRequest>(3, &[&e[..], &COMPACT_HUGE].concat()).await,
+        ),
+        (
+            "Metadata",
+            answered_with::<MetadataRequest>(12, &[&t[..], &COMPACT_HUGE].concat()).await,
+        ),
+        (
+            "FindCoordinator",
+            answered_with::<FindCoordinatorRequest>(6, &[&t[..], &COMPACT_HUGE].concat()).await,
+        ),
+        (
+            "DescribeTransactions",
+            answered_with::<DescribeTransactionsRequest>(0, &[&t[..], &COMPACT_HUGE].concat())
+                .await,
+        ),
+        ("Fetch", {
+            // throttle, error code, session id, then the topics.
+            let body = [&t[..], &e, &[0; 4], &COMPACT_HUGE].concat();
+            answered_with::<FetchRequest>(12, &body).await
+        }),
+        (
+            "ListOffsets",
+            answered_with::<ListOffsetsRequest>(8, &[&t[..], &COMPACT_HUGE].concat()).await,
+        ),
+        (
+            "Produce",
+            answered_with::<ProduceRequest>(11, &COMPACT_HUGE).await,
+        ),
+        (
+            "AddPartitionsToTxn",
+            answered_with::<AddPartitionsToTxnRequest>(3, &[&t[..], &COMPACT_HUGE].concat()).await,
+        ),
+        (
+            "CreateTopics",
+            answered_with::<CreateTopicsRequest>(7, &[&t[..], &COMPACT_HUGE].concat()).await,
+        ),
+        (
+            "DescribeConfigs",
+            answered_with::<DescribeConfigsRequest>(4, &[&t[..], &COMPACT_HUGE].concat()).await,
+        ),
+        (
+            "SaslHandshake",
+            answered_with::<SaslHandshakeRequest>(1, &[&e[..], &HUGE].concat()).await,
+        ),
+        ("SaslAuthenticate", {
+            // error code, a null error message, then the auth bytes.
+            let body = [&e[..], &[0], &COMPACT_HUGE].concat();
+            answered_with::<SaslAuthenticateRequest>(2, &body).await
+        }),
+        // No array in these two: their tagged fields declare the count.
+        ("InitProducerId", {
+            let body = [&t[..], &e, &[0; 8], &[0; 2], &COMPACT_HUGE].concat();
+            answered_with::<InitProducerIdRequest>(5, &body).await
+        }),
+        ("EndTxn", {
+            let body = [&t[..], &e, &COMPACT_HUGE].concat();
+            answered_with::<EndTxnRequest>(4, &body).await
+        }),
+    ];
+    assert_eq!(
+        cases.len(),
+        crate::versions::PINNED.len() + 1,
+        "every API the client sends, and ApiVersions"
+    );
+    for (api, (result, closed)) in cases {
+        let error = result.expect_err(api);
+        let text = error.to_string();
+        assert!(
+            matches!(error, KafkaError::ConnectionClosed { .. })
+                && text.contains(&format!("its {api} v"))
+                && text.contains("answer does not decode"),
+            "{api}: {text}"
+        );
+        let no_array = ["SaslAuthenticate", "InitProducerId", "EndTxn"].contains(&api);
+        assert!(
+            no_array || text.contains("elements declared"),
+            "{api}: {text}"
+        );
+        assert!(error.is_retriable(), "{api}: {text}");
+        assert!(closed, "{api}: the connection stays open");
+    }
+}
+
+/// A frame's buffer grows with what arrives: a peer that declares 64 MiB
+/// and sends 100 KiB costs about that, not the 64 MiB (read at once into a
+/// buffer of the declared size before).
+#[tokio::test]
+async fn a_frame_is_allocated_as_its_bytes_arrive_not_as_declared() {
+    let declared = 64 << 20;
+    let (mut peer, mut ours) = tokio::io::duplex(MAX);
+    let sent = async move {
+        peer.write_all(&vec![7u8; 100 * 1024]).await.expect("write");
+        drop(peer);
+    };
+    let mut body = BytesMut::new();
+    let (read, ()) = tokio::join!(read_body(&mut ours, declared, &mut body), sent);
+    assert_eq!(read.unwrap_err().kind(), std::io::ErrorKind::UnexpectedEof);
+    assert_eq!(body.len(), 100 * 1024);
+    assert!(
+        body.capacity() <= 256 * 1024,
+        "{} bytes reserved",
+        body.capacity()
+    );
+    // A whole frame still arrives whole.
+    let (mut peer, mut ours) = tokio::io::duplex(MAX);
+    let frame: Vec<u8> = (0..3_000_000u32).map(|i| i as u8).collect();
+    let expected = frame.clone();
+    let sent = async move { peer.write_all(&frame).await.expect("write") };
+    let mut body = BytesMut::new();
+    let (read, ()) = tokio::join!(read_body(&mut ours, expected.len(), &mut body), sent);
+    read.expect("read");
+    assert_eq!(&body[..], &expected[..]);
+}

@@ -1,10 +1,12 @@
 //! The client under broker failure, against scripted brokers (the fast
 //! tier; the broker tier kills and hangs real ones in tests/broker/cluster.rs):
 //! routing and reconnects (`routing`), coordinator lookups (`lookups`),
-//! the describes' confirmations (`confirmations`) and partition reads
-//! (`reads`). The scripted clusters they share are here.
+//! the describes' confirmations (`confirmations`), partition reads
+//! (`reads`) and answers that declare more than they hold (`lies`). The
+//! scripted clusters they share are here.
 
 mod confirmations;
+mod lies;
 mod lookups;
 mod reads;
 mod routing;
@@ -33,6 +35,9 @@ pub(super) fn client(bootstrap: &[&str]) -> KafkaClient {
     let mut config = ClientConfig::new(bootstrap.iter().copied());
     config.request_timeout = Duration::from_secs(5);
     config.operation_timeout = Duration::from_secs(8);
+    // Set, so reads do not ask the scripted brokers for the topic's
+    // max.message.bytes (they answer no DescribeConfigs).
+    config.max_decompressed_batch_bytes = Some(crate::DEFAULT_MAX_BATCH_BYTES);
     KafkaClient::new(config).unwrap()
 }
 
@@ -364,6 +369,22 @@ pub(super) fn leading(
         let mut one = metadata(brokers, Some((name.as_str(), &[(0, leader, epoch)])));
         response.topics.append(&mut one.topics);
     }
+    answer(header, &response)
+}
+
+/// A ListOffsets answer: partition 0 of the topic at `offset`.
+pub(super) fn listed(header: &kafka_protocol::messages::RequestHeader, offset: i64) -> Bytes {
+    use kafka_protocol::messages::ListOffsetsResponse;
+    use kafka_protocol::messages::list_offsets_response::{
+        ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+    };
+    let response = ListOffsetsResponse::default().with_topics(vec![
+        ListOffsetsTopicResponse::default().with_partitions(vec![
+            ListOffsetsPartitionResponse::default()
+                .with_partition_index(0)
+                .with_offset(offset),
+        ]),
+    ]);
     answer(header, &response)
 }
 

@@ -135,6 +135,7 @@ async fn reads_of_a_deposed_leader_are_never_fresher_than_its_last_confirmation(
     *addrs.lock().unwrap() = vec![one.addr.clone(), two.addr.clone(), three.addr.clone()];
     let mut config = ClientConfig::new([one.addr.as_str(), two.addr.as_str()]);
     config.request_timeout = Duration::from_secs(1);
+    config.max_decompressed_batch_bytes = Some(crate::DEFAULT_MAX_BATCH_BYTES);
     let client = KafkaClient::new(config).unwrap();
     let mut reads = client
         .reader()
@@ -232,20 +233,7 @@ async fn a_read_has_its_leader_confirmed_by_another_broker_first() {
                 let believed = if me == 1 { (1, 4) } else { (2, 5) };
                 match ApiKey::try_from(header.request_api_key).unwrap() {
                     ApiKey::Metadata => Some(leading(header, body, &brokers, believed)),
-                    ApiKey::ListOffsets => {
-                        use kafka_protocol::messages::ListOffsetsResponse;
-                        use kafka_protocol::messages::list_offsets_response::{
-                            ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
-                        };
-                        let response = ListOffsetsResponse::default().with_topics(vec![
-                            ListOffsetsTopicResponse::default().with_partitions(vec![
-                                ListOffsetsPartitionResponse::default()
-                                    .with_partition_index(0)
-                                    .with_offset(0),
-                            ]),
-                        ]);
-                        Some(answer(header, &response))
-                    }
+                    ApiKey::ListOffsets => Some(listed(header, 0)),
                     _ => None,
                 }
             },
@@ -376,4 +364,90 @@ async fn reads_behind_a_hanging_transaction_are_complete_only_as_of_when_it_bega
         logs.lines("INFO", "last stable offset moves again").len(),
         1
     );
+}
+
+#[tokio::test]
+async fn a_read_bounds_batches_by_the_topics_max_message_bytes_asked_once() {
+    use kafka_protocol::messages::DescribeConfigsResponse;
+    use kafka_protocol::messages::describe_configs_response::{
+        DescribeConfigsResourceResult, DescribeConfigsResult,
+    };
+    use kafka_protocol::records::Compression;
+    // t-0 holds a zstd batch of 8 KiB of zeros at 0, a plain one at 1; the
+    // topic takes batches of 4 KiB.
+    let mut records = crate::fake::bomb_batch(Compression::Zstd, b"k", 8 * 1024).to_vec();
+    records.extend_from_slice(&crate::batch::tests::batch(
+        1,
+        1,
+        -1,
+        false,
+        None,
+        Compression::None,
+    ));
+    let records = Bytes::from(records);
+    let addr: Arc<std::sync::Mutex<String>> = Arc::default();
+    let at = addr.clone();
+    let broker = FakeBroker::start(Arc::new(move |header, body: Bytes| {
+        let me = at.lock().unwrap().clone();
+        let brokers = [(0, me.as_str())];
+        match ApiKey::try_from(header.request_api_key).unwrap() {
+            ApiKey::Metadata => Some(leading(header, body, &brokers, (0, 1))),
+            ApiKey::DescribeConfigs => Some(answer(
+                header,
+                &DescribeConfigsResponse::default().with_results(vec![
+                    DescribeConfigsResult::default().with_configs(vec![
+                        DescribeConfigsResourceResult::default()
+                            .with_name(StrBytes::from_static_str("max.message.bytes"))
+                            .with_value(Some(StrBytes::from_static_str("4096"))),
+                    ]),
+                ]),
+            )),
+            ApiKey::ListOffsets => Some(listed(header, 2)),
+            ApiKey::Fetch => {
+                let asked: FetchRequest = request(header.request_api_version, body.clone());
+                let from = asked.topics[0].partitions[0].fetch_offset;
+                let data = PartitionData::default()
+                    .with_partition_index(0)
+                    .with_high_watermark(2)
+                    .with_last_stable_offset(2)
+                    .with_records(Some(if from == 0 {
+                        records.clone()
+                    } else {
+                        Bytes::new()
+                    }));
+                Some(fetched_as(header, body, data))
+            }
+            _ => None,
+        }
+    }))
+    .await;
+    *addr.lock().unwrap() = broker.addr.clone();
+    let config = ClientConfig::new([broker.addr.as_str()]);
+    let client = KafkaClient::new(config).unwrap();
+    for _ in 0..2 {
+        let read = client.reader().read_committed("t", 0, 0).await.unwrap();
+        let offsets: Vec<i64> = read.records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, [1], "the plain batch is read");
+        let skipped = krabka_coordination::SkippedBatch {
+            base_offset: 0,
+            last_offset: 0,
+            compression: "zstd",
+            limit_bytes: 4096,
+        };
+        assert_eq!(read.skipped, [skipped]);
+        assert_eq!(read.next_offset, 2, "read past it");
+    }
+    assert_eq!(
+        broker.requests(ApiKey::DescribeConfigs).len(),
+        1,
+        "asked once"
+    );
+    // The client's own bound comes first.
+    let mut config = ClientConfig::new([broker.addr.as_str()]);
+    config.max_decompressed_batch_bytes = Some(16 * 1024);
+    let client = KafkaClient::new(config).unwrap();
+    let read = client.reader().read_committed("t", 0, 0).await.unwrap();
+    assert_eq!(read.records.len(), 2);
+    assert!(read.skipped.is_empty());
+    assert_eq!(broker.requests(ApiKey::DescribeConfigs).len(), 1);
 }

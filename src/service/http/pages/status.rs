@@ -154,6 +154,7 @@ mod tests {
             status: None,
             failovers_in_window: 0,
             coordinator: None,
+            skipped: Vec::new(),
         }
     }
 

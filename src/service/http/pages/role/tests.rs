@@ -34,6 +34,7 @@ fn view(role: &str, members: &[&str], lease: Option<(&str, FencingToken, i64, i6
         status: Some(RoleStatus::Stable),
         failovers_in_window: 1,
         coordinator: None,
+        skipped: Vec::new(),
     }
 }
 
