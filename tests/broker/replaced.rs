@@ -8,12 +8,24 @@
 //! The fast tier's `kafka::replaced` does the same to scripted brokers; this
 //! is the proof (one run in three of a real broker found what the scripted
 //! test, before it stopped its brokers as a real one stops, did not).
+//!
+//! Issue 44 (5) extends it to what else remembers a cluster: each cluster's
+//! member of the role registers under a name of its own, and from the loss
+//! of the old cluster on, no view of the role names the old cluster's
+//! member; an event stream open across every replacement gets a `reset`
+//! of each new cluster before any of its events, and nothing of the old
+//! one after it; and the client crate (its memory of superseded verdicts)
+//! never refuses the new cluster's current pair (a rebuilt cluster mints
+//! 0:0 again, which the old one had superseded) from what it remembered of
+//! the old one.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use krabka_authority::coordination::FencingToken;
-use krabka_authority::kafka::KafkaClient;
+use krabka_authority::kafka::{KafkaClient, KafkaTransport, TopicSpec, TransportConfig};
+use krabka_authority::transport::Registrar;
+use krabka_authority_client::{AuthorityClient, Outcome};
 use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -101,6 +113,115 @@ async fn check_loop(
     }
 }
 
+/// The cluster id of the broker at `addr`, asked afresh.
+async fn cluster_id(addr: &str) -> String {
+    let client = KafkaClient::new(config_for(addr)).unwrap();
+    client.metadata().refresh_metadata(&[]).await.unwrap();
+    client.metadata().cluster_id().expect("a cluster id")
+}
+
+/// Registers `member` for `role` on the cluster at `addr`, creating the
+/// topic there when it is missing (a new cluster has none).
+async fn register(addr: &str, topic: &str, role: &str, member: &str) {
+    let transport = KafkaTransport::connect(
+        KafkaClient::new(config_for(addr)).unwrap(),
+        TransportConfig {
+            topic: topic.to_owned(),
+            partitions: None,
+            create: Some(TopicSpec {
+                partitions: 1,
+                replication_factor: 1,
+                configs: Vec::new(),
+            }),
+        },
+    )
+    .await
+    .expect("a transport");
+    transport
+        .register(role, member, 1)
+        .await
+        .expect("registered");
+}
+
+/// Views of a role as sampled: when each was asked for, and the members
+/// it lists.
+type Views = Arc<Mutex<Vec<(Instant, Vec<String>)>>>;
+
+/// Views of the role, sampled until `stop`.
+async fn view_loop(
+    url: String,
+    role: String,
+    views: Views,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let http = http_client().build().unwrap();
+    while !*stop.borrow() {
+        let sent = Instant::now();
+        if let Ok(answer) = http.get(format!("{url}/roles/{role}")).send().await
+            && answer.status() == 200
+        {
+            let body: Value = answer.json().await.unwrap_or(Value::Null);
+            let members = body["members"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m["member"].as_str().map(str::to_owned))
+                .collect();
+            views.lock().unwrap().push((sent, members));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// One event of a stream: its type, id and the members it names.
+#[derive(Clone, Debug)]
+struct Streamed {
+    event: String,
+    id: Option<String>,
+    members: Vec<String>,
+}
+
+/// Reads the role's event stream for the whole test.
+async fn stream_loop(url: String, role: String, got: Arc<Mutex<Vec<Streamed>>>) {
+    let http = http_client().build().unwrap();
+    let mut response = loop {
+        match http.get(format!("{url}/roles/{role}/events")).send().await {
+            Ok(r) if r.status() == 200 => break r,
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    let mut buffer = String::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buffer.find("\n\n") {
+            let frame: String = buffer.drain(..end + 2).collect();
+            let field = |name: &str| {
+                frame
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
+            };
+            let Some(event) = field("event:") else {
+                continue;
+            };
+            let data: Value = field("data:")
+                .and_then(|d| serde_json::from_str(&d).ok())
+                .unwrap_or(Value::Null);
+            let mut members: Vec<String> = data["members"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m["member"].as_str().map(str::to_owned))
+                .collect();
+            members.extend(data["member"].as_str().map(str::to_owned));
+            got.lock().unwrap().push(Streamed {
+                event,
+                id: field("id:"),
+                members,
+            });
+        }
+    }
+}
+
 /// Waits until the port at `addr` refuses connections (the old broker is
 /// gone: a killed process may take a moment to die), then until it accepts
 /// them again; the instants of both.
@@ -122,9 +243,24 @@ async fn down_then_accepting(addr: &str, limit: Duration) -> (Instant, Instant) 
 async fn a_cluster_reformatted_on_its_ports_is_never_answered_from_an_old_ones_cache() {
     let broker = OwnBroker::start("replaced", &[]);
     let role = unique("replaced");
-    let mut settings = config(&broker.addr, &unique("replaced-topic"));
+    let topic = unique("replaced-topic");
+    let mut settings = config(&broker.addr, &topic);
     settings.watch.poll_interval = Duration::from_millis(300);
     let service = start(settings).await;
+    let mut cluster = cluster_id(&broker.addr).await;
+    register(&broker.addr, &topic, &role, "member-0").await;
+    let streamed: Arc<Mutex<Vec<Streamed>>> = Arc::default();
+    let stream = tokio::spawn(stream_loop(
+        service.url.clone(),
+        role.clone(),
+        streamed.clone(),
+    ));
+    let authority = AuthorityClient::builder(service.url.as_str())
+        .deadline(Duration::from_millis(500))
+        .default_retry_after(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let (mut stale_views, mut views_seen, mut remembered_wrong, mut remembered) = (0, 0, 0, 0);
 
     // The first cluster: two pairs, the first superseded (and cached).
     let mut minted = vec![
@@ -150,13 +286,25 @@ async fn a_cluster_reformatted_on_its_ports_is_never_answered_from_an_old_ones_c
                 )
             }
         };
-        // The old cluster's cache holds the superseded token.
+        // The old cluster's cache holds the superseded token, and so does
+        // the client crate's memory.
         let primed = verdict(stale).await;
         assert_eq!(primed.0.as_deref(), Some("superseded"), "{generation}");
         assert_eq!(
             verdict(stale).await,
             (Some("superseded".into()), Some(true))
         );
+        authority.check(&role, stale).await;
+        let again = authority.check(&role, stale).await;
+        assert!(
+            again
+                .decision()
+                .is_some_and(|d| d.remembered && d.cluster == cluster),
+            "{generation}: the client remembers {stale} of {cluster}: {again}"
+        );
+        let views: Views = Arc::default();
+        let old_member = format!("member-{}", generation - 1);
+        let new_member = format!("member-{generation}");
 
         let tokens = Arc::new(Mutex::new(old.clone()));
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
@@ -172,6 +320,36 @@ async fn a_cluster_reformatted_on_its_ports_is_never_answered_from_an_old_ones_c
                 ))
             })
             .collect();
+        let viewing = tokio::spawn(view_loop(
+            service.url.clone(),
+            role.clone(),
+            views.clone(),
+            stopped.clone(),
+        ));
+        // The client crate checks the old tokens and then the new one.
+        let clienting = {
+            let (authority, role, tokens, stopped) = (
+                authority.clone(),
+                role.clone(),
+                tokens.clone(),
+                stopped.clone(),
+            );
+            tokio::spawn(async move {
+                let mut got: Vec<(Instant, FencingToken, Outcome)> = Vec::new();
+                let mut i = 0usize;
+                while !*stopped.borrow() {
+                    let token = {
+                        let tokens = tokens.lock().unwrap();
+                        tokens[i % tokens.len()]
+                    };
+                    i += 1;
+                    let sent = Instant::now();
+                    got.push((sent, token, authority.check(&role, token).await));
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                got
+            })
+        };
 
         // Stopped gracefully or killed, in turn; then a new cluster on the
         // same ports.
@@ -183,10 +361,12 @@ async fn a_cluster_reformatted_on_its_ports_is_never_answered_from_an_old_ones_c
         });
         let (down, accepted) = down_then_accepting(&broker.addr, Duration::from_secs(60)).await;
         assert_eq!(restart.await.unwrap(), broker.addr, "the same ports");
-        // The new cluster's ground truth: no pair, then one.
+        // The new cluster's ground truth: no pair, then one; its member.
+        let old_cluster = std::mem::replace(&mut cluster, cluster_id(&broker.addr).await);
         let new = mint(&broker.addr, &role).await;
         let minted_at = Instant::now();
         tokens.lock().unwrap().push(new);
+        register(&broker.addr, &topic, &role, &new_member).await;
         let authoritative = loop {
             let last = seen
                 .lock()
@@ -206,9 +386,49 @@ async fn a_cluster_reformatted_on_its_ports_is_never_answered_from_an_old_ones_c
         };
         // A few more of every token, then the audit.
         tokio::time::sleep(Duration::from_millis(300)).await;
+        // Until the new cluster's member shows in a view.
+        let shown = Instant::now();
+        while !views
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(_, members)| members.contains(&new_member))
+        {
+            assert!(
+                shown.elapsed() < Duration::from_secs(10),
+                "{generation}: {new_member} never in a view"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         stop.send_replace(true);
         for l in loops {
             l.await.unwrap();
+        }
+        viewing.await.unwrap();
+        for (sent, members) in views.lock().unwrap().iter() {
+            if *sent >= down + LOSS_NOTICED {
+                views_seen += 1;
+                if members.contains(&old_member) {
+                    stale_views += 1;
+                    eprintln!(
+                        "{generation}: a view of the old cluster {:?} after the loss: {members:?}",
+                        sent.duration_since(down)
+                    );
+                }
+            }
+        }
+        for (sent, token, outcome) in clienting.await.unwrap() {
+            let Some(d) = outcome.decision().filter(|d| d.remembered) else {
+                continue;
+            };
+            remembered += 1;
+            if sent >= down + LOSS_NOTICED && (d.cluster != cluster || token == new) {
+                remembered_wrong += 1;
+                eprintln!(
+                    "{generation}: remembered from another cluster ({old_cluster} -> {cluster}) {:?} after the loss: {outcome}",
+                    sent.duration_since(down)
+                );
+            }
         }
         let seen = std::mem::take(&mut *seen.lock().unwrap());
         for s in seen.iter().filter(|s| s.sent >= down + LOSS_NOTICED) {
@@ -245,6 +465,56 @@ async fn a_cluster_reformatted_on_its_ports_is_never_answered_from_an_old_ones_c
         // The next cluster's old pairs: this one's, the first superseded.
         minted = vec![new, mint(&broker.addr, &role).await];
     }
+    // The stream: each cluster's events only after its reset, none of an
+    // older one after that.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stream.abort();
+    let streamed = std::mem::take(&mut *streamed.lock().unwrap());
+    let clusters_of = |e: &Streamed| {
+        e.id.as_deref()
+            .and_then(|id| id.split_once('@'))
+            .map(|(_, c)| c.to_owned())
+    };
+    let mut at = None::<String>;
+    let mut resets = 0;
+    let mut out_of_place = Vec::new();
+    for e in &streamed {
+        let of = clusters_of(e);
+        if e.event == "reset" || e.event == "snapshot" {
+            resets += usize::from(e.event == "reset");
+            if of.is_some() {
+                at = of;
+            }
+        } else if of != at {
+            out_of_place.push(e.clone());
+        }
+    }
+    let last_member = format!("member-{}", replacements());
+    let delivered_last = streamed.iter().any(|e| e.members.contains(&last_member));
+    eprintln!(
+        "views: {views_seen} after the losses, {stale_views} of an old cluster; the client crate: {remembered} answers from its memory, {remembered_wrong} of another cluster; the stream: {} events, {resets} resets, {} out of place, the last cluster's member delivered: {delivered_last}",
+        streamed.len(),
+        out_of_place.len()
+    );
+    assert_eq!(stale_views, 0, "views of an old cluster after its loss");
+    assert_eq!(
+        remembered_wrong, 0,
+        "the client's memory of another cluster"
+    );
+    assert!(remembered > 0, "the memory was used at all");
+    assert!(
+        out_of_place.is_empty(),
+        "events outside their cluster: {:?}",
+        &out_of_place[..out_of_place.len().min(5)]
+    );
+    assert!(
+        resets >= replacements(),
+        "a reset per new cluster: {resets}"
+    );
+    assert!(
+        delivered_last,
+        "the last cluster's registration reached the stream"
+    );
     let worst = first_200.iter().max().copied().unwrap_or_default();
     let worst_accept = from_accept.iter().max().copied().unwrap_or_default();
     eprintln!(

@@ -22,7 +22,7 @@
 //! refuses an element count that the frame cannot hold (docs/development.md).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -150,10 +150,12 @@ pub(crate) struct Connection {
     cluster_id: Option<Arc<str>>,
     /// When the connection was opened.
     opened: tokio::time::Instant,
-    /// What the broker's latest answer on this connection said it leads.
-    leads: Mutex<Option<Arc<Leads>>>,
-    /// A request for [`Connection::leads`] is in flight.
-    asking_leads: AtomicBool,
+    /// What the broker's latest answer on this connection said it leads,
+    /// and how many times it was asked.
+    leads: Mutex<(u64, Option<Arc<Leads>>)>,
+    /// Held while it is asked: one request at a time, the others wait for
+    /// its answer.
+    asking_leads: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -201,7 +203,7 @@ impl Connection {
             cluster_id: None,
             opened: tokio::time::Instant::now(),
             leads: Mutex::default(),
-            asking_leads: AtomicBool::new(false),
+            asking_leads: tokio::sync::Mutex::const_new(()),
         }
     }
 
@@ -210,25 +212,22 @@ impl Connection {
         self.opened
     }
 
-    /// What the broker on this connection last said it leads, once asked.
-    pub(crate) fn leads(&self) -> Option<Arc<Leads>> {
+    /// What the broker on this connection last said it leads (once asked),
+    /// and how many answers came before it: a caller that saw answer `n`
+    /// asks again only if no later one came meanwhile.
+    pub(crate) fn leads(&self) -> (u64, Option<Arc<Leads>>) {
         lock(&self.leads).clone()
     }
 
     /// Takes in what the broker on this connection says it leads.
     pub(crate) fn set_leads(&self, leads: Leads) {
-        *lock(&self.leads) = Some(Arc::new(leads));
+        let mut slot = lock(&self.leads);
+        *slot = (slot.0 + 1, Some(Arc::new(leads)));
     }
 
-    /// True for the one caller that may ask what the broker leads now
-    /// (none is in flight); it calls [`Connection::asked_leads`] after.
-    pub(crate) fn begin_asking_leads(&self) -> bool {
-        !self.asking_leads.swap(true, Ordering::AcqRel)
-    }
-
-    /// The request [`Connection::begin_asking_leads`] allowed ended.
-    pub(crate) fn asked_leads(&self) {
-        self.asking_leads.store(false, Ordering::Release);
+    /// Held while the broker is asked what it leads.
+    pub(crate) async fn asking_leads(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.asking_leads.lock().await
     }
 
     /// Retires the connection at `at`: requests in flight finish, new ones

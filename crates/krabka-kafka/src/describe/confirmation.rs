@@ -94,6 +94,12 @@ enum Backing {
 }
 
 impl Backing {
+    /// True when an id's coordinator is named at an epoch the describing
+    /// process has not named.
+    fn unproven(&self) -> bool {
+        matches!(self, Backing::Named(says) if says.values().any(|s| matches!(s, Says::Unproven(_))))
+    }
+
     /// What the stream gave a batch of `at` (whose process on the
     /// describe's connection said it leads `leads`): the confirmation
     /// `received` (`None`: nothing within the window), `took` after the
@@ -327,12 +333,16 @@ impl Describer<'_> {
                     Err(KafkaError::Internal("the confirmation was dropped".into()))
                 })
             });
-        let backing = Backing::of(
-            received,
-            boot_now().saturating_duration_since(taken),
-            coordinator,
-            conn.leads().as_deref(),
-        );
+        let took = boot_now().saturating_duration_since(taken);
+        let (seen, leads) = conn.leads();
+        let mut backing = Backing::of(received.clone(), took, coordinator, leads.as_deref());
+        if backing.unproven() {
+            // What the process leads may have changed since it said: asked
+            // again, on the same connection, and judged again (its identity
+            // is what counts, not when it said it).
+            self.ask_leads(conn, seen).await;
+            backing = Backing::of(received, took, coordinator, conn.leads().1.as_deref());
+        }
         self.keep_confirmed(answers, coordinator, conn, &backing);
     }
 

@@ -23,13 +23,14 @@
 //! requests only once it has caught up with the metadata log at start-up.
 //!
 //! The first describe on a connection asks the process at once (in
-//! parallel with the describe). A confirmation naming an epoch the process
-//! has not named leaves the answer unconfirmed, and the connections to the
-//! broker's address are given up (`state::nodes`): the next describe opens
-//! a new one and asks again. A replaced process is left behind with its
-//! connections, and the new connection reaches the replacement; a broker
-//! that took the partition after it last said what it leads costs a
-//! reconnect.
+//! parallel with the describe; concurrent describes wait for that one
+//! answer). A confirmation naming an epoch the process has not named asks
+//! it again on the same connection (a broker that took the partition after
+//! it last said what it leads says so now) and is judged again; if the
+//! process still does not name that epoch, the answer is not confirmed and
+//! the connections to the broker's address are given up (`state::nodes`):
+//! the next describe opens a new one, which a replacement behind the
+//! address answers, and asks again.
 
 use krabka_coordination::time::boot_now;
 
@@ -67,18 +68,20 @@ impl Describer<'_> {
     /// it never said, and the answers will need a confirmation that names
     /// an epoch.
     pub(super) fn needs_leads(&self, conn: &Connection) -> bool {
-        conn.leads().is_none()
+        conn.leads().1.is_none()
             && !self.client.state().metadata().single_broker()
             && !self.client.state().confirms().by_find_coordinator()
     }
 
     /// Asks the process on `conn` what it leads, and keeps the answer on
-    /// the connection. The answer is a Metadata answer like any other:
-    /// judged against the other brokers' (a replaced process is behind
-    /// them), and taken in when current. One request per connection at a
-    /// time; a caller that finds one in flight returns at once.
-    pub(super) async fn ask_leads(&self, conn: &Connection) {
-        if !conn.begin_asking_leads() {
+    /// the connection, unless an answer later than the `seen`-th came
+    /// meanwhile. The answer is a Metadata answer like any other: judged
+    /// against the other brokers' (a replaced process is behind them), and
+    /// taken in when current. One request per connection at a time: a
+    /// caller that finds one in flight waits for its answer.
+    pub(super) async fn ask_leads(&self, conn: &Connection, seen: u64) {
+        let _turn = conn.asking_leads().await;
+        if conn.leads().0 != seen {
             return;
         }
         let sent = boot_now();
@@ -90,7 +93,6 @@ impl Describer<'_> {
                 self.client.config().request_timeout,
             )
             .await;
-        conn.asked_leads();
         let response = match response {
             Ok(response) => response,
             Err(error) => {

@@ -487,7 +487,7 @@ impl Describer<'_> {
         let timeout = self.client.config().request_timeout;
         let described = self.client.call_on(&conn, &request, timeout);
         let response = if self.needs_leads(&conn) {
-            tokio::join!(described, self.ask_leads(&conn)).0
+            tokio::join!(described, self.ask_leads(&conn, 0)).0
         } else {
             described.await
         };

@@ -697,3 +697,81 @@ async fn an_answer_held_across_a_suspend_of_the_host_is_not_confirmed() {
     );
     assert_eq!(brokers[1].requests(ApiKey::DescribeTransactions).len(), 2);
 }
+
+/// Connections `broker` accepted: each begins with a Metadata request for
+/// no topic (the cluster id).
+fn connections_to(broker: &FakeBroker) -> usize {
+    broker
+        .requests(ApiKey::Metadata)
+        .into_iter()
+        .filter(|(v, body)| {
+            let asked: MetadataRequest = request(*v, body.clone());
+            asked.topics.is_some_and(|t| t.is_empty())
+        })
+        .count()
+}
+
+/// A coordinator that took a partition after it last said what it leads:
+/// the confirmation names it at the new epoch, it is asked again on the
+/// same connection and confirmed, without a new connection or a retry.
+#[tokio::test]
+async fn a_coordinator_that_took_a_partition_since_it_said_is_asked_again_not_reconnected() {
+    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let epoch = Arc::new(AtomicUsize::new(1));
+    let script = {
+        let (addrs, epoch) = (addrs.clone(), epoch.clone());
+        Arc::new(move |header: &RequestHeader, body: Bytes| {
+            let addrs = addrs.lock().unwrap().clone();
+            let list: Vec<(i32, &str)> = (0..).zip(addrs.iter().map(String::as_str)).collect();
+            match ApiKey::try_from(header.request_api_key).unwrap() {
+                ApiKey::Metadata => {
+                    let partitions = [(0, 1, epoch.load(Ordering::SeqCst) as i32)];
+                    let topic = Some(("__transaction_state", &partitions[..]));
+                    Some(answer(header, &metadata(&list, topic)))
+                }
+                ApiKey::FindCoordinator => Some(answer(
+                    header,
+                    &naming(request(header.request_api_version, body), |_| {
+                        (1, &addrs[1])
+                    }),
+                )),
+                ApiKey::DescribeTransactions => Some(described(header, body, (7, 2), "Empty")),
+                _ => None,
+            }
+        }) as crate::fake::Script
+    };
+    let brokers = [
+        FakeBroker::start(script.clone()).await,
+        FakeBroker::start(script).await,
+    ];
+    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+    let client = client(&[&brokers[0].addr]);
+    let d = client
+        .describer()
+        .describe_transaction("r")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((d.producer_id, d.producer_epoch), (7, 2));
+    let asked = brokers[1].requests(ApiKey::Metadata).len();
+    // The partition moved away and back: a newer epoch, after broker 1 said.
+    epoch.store(3, Ordering::SeqCst);
+    let d = client
+        .describer()
+        .describe_transaction("r")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((d.producer_id, d.producer_epoch), (7, 2));
+    assert_eq!(
+        brokers[1].requests(ApiKey::DescribeTransactions).len(),
+        2,
+        "no retry"
+    );
+    assert_eq!(
+        brokers[1].requests(ApiKey::Metadata).len(),
+        asked + 1,
+        "asked again"
+    );
+    assert_eq!(connections_to(&brokers[1]), 1, "on the same connection");
+}
