@@ -60,8 +60,16 @@ fn unusable_settings_exit_2_naming_the_flag() {
     let dir = temp.path();
     let empty = dir.join("empty");
     std::fs::write(&empty, "# no token here\n").unwrap();
+    // A line no Authorization header can carry: malformed (an empty tokens
+    // file is a revocation, and starts).
+    let malformed = dir.join("malformed");
+    std::fs::write(&malformed, "two words\n").unwrap();
     let missing = dir.join("missing");
-    let (empty, missing) = (empty.to_str().unwrap(), missing.to_str().unwrap());
+    let (empty, malformed, missing) = (
+        empty.to_str().unwrap(),
+        malformed.to_str().unwrap(),
+        missing.to_str().unwrap(),
+    );
     let cases: &[(&[&str], &str)] = &[
         (&["--header-timeout", "300000000000y"], "--header-timeout"),
         (&["--request-timeout", "300000000000y"], "--request-timeout"),
@@ -78,7 +86,7 @@ fn unusable_settings_exit_2_naming_the_flag() {
             "--kafka-request-timeout",
         ),
         (&["--api-tokens-file", missing], "--api-tokens-file"),
-        (&["--api-tokens-file", empty], "--api-tokens-file"),
+        (&["--api-tokens-file", malformed], "--api-tokens-file"),
         (
             &[
                 "--kafka-security-protocol",

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::api_tokens::ApiTokens;
+use super::api_tokens::{ApiTokens, TokensFile};
 use super::check::Checker;
 use super::config::ServiceConfig;
 use super::metrics::Metrics;
@@ -147,6 +147,12 @@ impl AppState {
             .map(ApiTokens::load)
             .transpose()
             .map_err(|e| SetupError::Config(format!("--api-tokens-file: {e}")))?;
+        if api_tokens.is_some() {
+            // Only with a tokens file: absent, they would say nothing.
+            let registry = metrics.registry();
+            registry.register(Box::new(metrics.api_tokens_accepted.clone()))?;
+            registry.register(Box::new(metrics.api_tokens_file_unusable.clone()))?;
+        }
         let checker = Arc::new(Checker::new(
             cluster.clone(),
             clock.clone(),
@@ -223,20 +229,36 @@ impl AppState {
             .set(i64::try_from(high_water).unwrap_or(i64::MAX));
         self.watcher.view_ages();
         self.tls_gauges();
+        self.tokens_gauges();
     }
 
     /// Looks at the files the service follows while it runs (the TLS
-    /// material of broker connections; the API tokens are looked at as
-    /// requests come) once a second, so a rotation is taken in, or a bad
-    /// file said, within a second, whether or not a connection opens.
+    /// material of broker connections, the API tokens) once a second, so a
+    /// rotation or a revocation is taken in, or a bad file said, within a
+    /// second, whether or not a connection opens or a request comes.
     pub async fn look_at_files(self: Arc<Self>) {
-        if self.cluster.tls().is_none() {
+        if self.cluster.tls().is_none() && self.api_tokens.is_none() {
             return;
         }
         loop {
             tokio::time::sleep(crate::files::LOOK_EVERY).await;
             self.cluster.tls();
+            self.tokens_gauges();
         }
+    }
+
+    /// The API tokens file's metrics, after a look at it.
+    fn tokens_gauges(&self) {
+        let Some(tokens) = &self.api_tokens else {
+            return;
+        };
+        let file = tokens.file();
+        self.metrics
+            .api_tokens_accepted
+            .set(i64::try_from(file.accepted()).unwrap_or(i64::MAX));
+        self.metrics
+            .api_tokens_file_unusable
+            .set(i64::from(matches!(file, TokensFile::Unusable(_))));
     }
 
     /// The TLS material's metrics, after a look at its files.

@@ -394,13 +394,7 @@ async fn with_api_tokens_a_stranger_learns_nothing() {
         "{body}"
     );
     // With the token, everything answers.
-    let with_token = |uri: &str| {
-        Request::get(uri)
-            .header(header::HOST, "test")
-            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
-            .body(Body::empty())
-            .unwrap()
-    };
+    let with_token = |uri: &str| bearing(uri, TOKEN);
     assert_eq!(
         call(&rig.app, with_token("/metrics")).await.0,
         StatusCode::OK
@@ -422,6 +416,109 @@ async fn with_api_tokens_a_stranger_learns_nothing() {
     open_metrics.auth.public_metrics = true;
     let rig = rig_with(open_metrics);
     assert_eq!(call(&rig.app, get("/metrics")).await.0, StatusCode::OK);
+}
+
+/// A request to `uri` with `token` as its bearer token.
+fn bearing(uri: &str, token: &str) -> Request<Body> {
+    Request::get(uri)
+        .header(header::HOST, "test")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn emptying_or_breaking_the_tokens_secret_revokes_every_token() {
+    let mut mount = crate::testkit::SecretMount::new(&[("tokens", b"alpha\nbeta\n")]);
+    let mut config = service_config();
+    config.auth.api_tokens_file = Some(mount.path("tokens"));
+    let rig = rig_with(config);
+    let protected = ["/roles", "/roles/r", "/roles/r/authority?token=1:1", "/"];
+    let answers = |token: &'static str| {
+        let app = rig.app.clone();
+        async move {
+            let mut statuses = Vec::new();
+            for uri in protected {
+                statuses.push(call(&app, bearing(uri, token)).await.0);
+            }
+            statuses
+        }
+    };
+    let metric = |name: &'static str| {
+        let app = rig.app.clone();
+        async move {
+            let response = app.oneshot(bearing("/metrics", "beta")).await.unwrap();
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            String::from_utf8_lossy(&bytes)
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")).map(str::to_owned))
+        }
+    };
+    assert!(
+        answers("alpha")
+            .await
+            .iter()
+            .all(|s| *s != StatusCode::UNAUTHORIZED)
+    );
+    assert_eq!(
+        metric("krabka_api_tokens_accepted").await.as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        metric("krabka_api_tokens_file_unusable").await.as_deref(),
+        Some("0")
+    );
+
+    // Every token revoked: the file emptied (kubelet swap). Within a look.
+    mount.update(&[("tokens", b"# revoked\n")]);
+    tokio::time::sleep(crate::files::LOOK_EVERY + Duration::from_millis(100)).await;
+    assert_eq!(
+        answers("alpha").await,
+        vec![StatusCode::UNAUTHORIZED; protected.len()]
+    );
+    assert_eq!(
+        answers("beta").await,
+        vec![StatusCode::UNAUTHORIZED; protected.len()]
+    );
+
+    // Back with beta only, then broken: nothing of before is accepted.
+    mount.update(&[("tokens", b"beta\n")]);
+    tokio::time::sleep(crate::files::LOOK_EVERY + Duration::from_millis(100)).await;
+    assert!(
+        answers("beta")
+            .await
+            .iter()
+            .all(|s| *s != StatusCode::UNAUTHORIZED)
+    );
+    assert_eq!(
+        answers("alpha").await,
+        vec![StatusCode::UNAUTHORIZED; protected.len()]
+    );
+    assert_eq!(
+        metric("krabka_api_tokens_accepted").await.as_deref(),
+        Some("1")
+    );
+    mount.update(&[("tokens", b"beta\nnot one token\n")]);
+    tokio::time::sleep(crate::files::LOOK_EVERY + Duration::from_millis(100)).await;
+    assert_eq!(
+        answers("beta").await,
+        vec![StatusCode::UNAUTHORIZED; protected.len()]
+    );
+    // /metrics needs a token too: the gauges are read from the state.
+    rig.state.update_gauges();
+    let rendered = rig.state.metrics.render();
+    assert!(
+        rendered.contains("krabka_api_tokens_file_unusable 1"),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains("krabka_api_tokens_accepted 0"),
+        "{rendered}"
+    );
+    // Open paths stay open.
+    assert_eq!(call(&rig.app, get("/healthz")).await.0, StatusCode::OK);
 }
 
 #[tokio::test]
