@@ -184,7 +184,7 @@ impl ApiTokens {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::{Logs, SecretMount};
+    use crate::testkit::SecretMount;
 
     /// The next call looks at the file again.
     fn look_again(tokens: &ApiTokens) {
@@ -239,8 +239,7 @@ mod tests {
     }
 
     #[test]
-    fn an_unreadable_or_malformed_file_accepts_nothing_and_says_so_at_error() {
-        let logs = Logs::capture();
+    fn an_unreadable_or_malformed_file_accepts_nothing() {
         let mut mount = SecretMount::new(&[("tokens", b"alpha\n")]);
         let tokens = ApiTokens::load(&mount.path("tokens")).unwrap();
         for (bytes, says) in [
@@ -262,8 +261,6 @@ mod tests {
             assert!(!why.contains("beta"), "a token is never echoed: {why}");
             assert!(ApiTokens::load(&mount.path("tokens")).is_err());
         }
-        let said = logs.lines("ERROR", "API tokens file unusable");
-        assert_eq!(said.len(), 4, "once per change: {said:#?}");
     }
 
     #[test]

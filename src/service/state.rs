@@ -18,10 +18,47 @@ use crate::time::{Clock, SystemClock, millis};
 /// the client's reason why Kafka cannot be reached.
 const UNREACHABLE_EVERY: Duration = Duration::from_millis(200);
 
+/// Why the service is not ready, twice: `said`, what anyone may read (no
+/// broker address, file path or library error), and `why`, the whole
+/// reason, for the logs and for callers with an accepted API token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unready {
+    /// The reason without what only operators may read.
+    pub said: String,
+    /// The whole reason.
+    pub why: String,
+}
+
+impl Unready {
+    /// A reason with a part only operators may read.
+    pub fn new(said: impl Into<String>, why: impl Into<String>) -> Unready {
+        Unready {
+            said: said.into(),
+            why: why.into(),
+        }
+    }
+
+    /// A reason with nothing to keep from anyone.
+    pub fn plain(text: impl Into<String>) -> Unready {
+        let text = text.into();
+        Unready::new(text.clone(), text)
+    }
+
+    fn starting(self) -> Unready {
+        if self.why.starts_with("starting: ") {
+            return self;
+        }
+        Unready::new(
+            format!("starting: {}", self.said),
+            format!("starting: {}", self.why),
+        )
+    }
+}
+
 /// Whether the service can answer, and why not.
 #[derive(Debug)]
 pub struct Readiness {
-    not_ready: Mutex<Option<String>>,
+    not_ready: Mutex<Option<Unready>>,
     /// True once the service was ready: until then every reason reads
     /// "starting: ...", and a refusal of its credentials stops it.
     was_ready: AtomicBool,
@@ -29,15 +66,15 @@ pub struct Readiness {
 
 impl Readiness {
     /// Not ready: starting, for `why`.
-    pub fn starting(why: impl Into<String>) -> Readiness {
+    pub fn starting(why: Unready) -> Readiness {
         Readiness {
-            not_ready: Mutex::new(Some(format!("starting: {}", why.into()))),
+            not_ready: Mutex::new(Some(why.starting())),
             was_ready: AtomicBool::new(false),
         }
     }
 
     /// `None` when ready; otherwise the reason.
-    pub fn reason(&self) -> Option<String> {
+    pub fn reason(&self) -> Option<Unready> {
         lock(&self.not_ready).clone()
     }
 
@@ -47,11 +84,9 @@ impl Readiness {
     }
 
     /// Records the latest readiness probe.
-    pub fn set(&self, reason: Option<String>) {
+    pub fn set(&self, reason: Option<Unready>) {
         let reason = match reason {
-            Some(why) if !self.was_ready() && !why.starts_with("starting: ") => {
-                Some(format!("starting: {why}"))
-            }
+            Some(why) if !self.was_ready() => Some(why.starting()),
             other => other,
         };
         let mut current = lock(&self.not_ready);
@@ -61,7 +96,7 @@ impl Readiness {
         if *current != reason {
             match &reason {
                 None => tracing::info!("ready"),
-                Some(why) => tracing::warn!(reason = %why, "not ready"),
+                Some(why) => tracing::warn!(reason = %why.why, "not ready"),
             }
             *current = reason;
         }
@@ -186,9 +221,12 @@ impl AppState {
         )?;
         let batch_permits = tokio::sync::Semaphore::new(config.http.max_concurrent_batches);
         Ok(Arc::new(AppState {
-            readiness: Readiness::starting(format!(
-                "waiting for Kafka's first answer (bootstrap {})",
-                config.kafka.bootstrap_servers.join(",")
+            readiness: Readiness::starting(Unready::new(
+                "waiting for Kafka's first answer",
+                format!(
+                    "waiting for Kafka's first answer (bootstrap {})",
+                    config.kafka.bootstrap_servers.join(",")
+                ),
             )),
             config,
             cluster,
@@ -296,20 +334,35 @@ impl AppState {
                 answered = &mut answer => break answered,
                 () = tokio::time::sleep(UNREACHABLE_EVERY), if !self.readiness.was_ready() => {
                     if let Some(why) = self.cluster.unreachable() {
-                        self.readiness.set(Some(format!("cannot reach Kafka: {why}")));
+                        self.readiness.set(Some(Unready::new(
+                            "cannot reach Kafka",
+                            format!("cannot reach Kafka: {why}"),
+                        )));
                     }
                 }
             }
         };
         let (reason, denied) = match answered {
-            Err(ClusterError::Denied(why)) => (Some(format!("Kafka: {why}")), Some(why)),
+            Err(ClusterError::Denied(why)) => (
+                Some(Unready::new(
+                    "Kafka refuses the service's credentials or permissions",
+                    format!("Kafka: {why}"),
+                )),
+                Some(why),
+            ),
             Err(ClusterError::NoTopic(_)) => (self.watcher.not_ready(), None),
-            Err(e) => (Some(format!("Kafka: {e}")), None),
+            Err(e) => (
+                Some(Unready::new(
+                    "Kafka could not be asked in time",
+                    format!("Kafka: {e}"),
+                )),
+                None,
+            ),
             Ok(count) if self.watcher.partitions().is_some_and(|p| p != count) => (
-                Some(format!(
+                Some(Unready::plain(format!(
                     "the topic now has {count} partitions, not {}; restart the service",
                     self.watcher.partitions().unwrap_or_default()
-                )),
+                ))),
                 None,
             ),
             Ok(_) => (self.watcher.not_ready(), None),

@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
 use serde::Serialize;
 
 use super::extract::Role;
+use super::json;
 use super::problem::ApiError;
 use crate::service::state::AppState;
 use crate::service::watch::roster::{RoleSummary, roster, summary};
@@ -35,10 +35,13 @@ pub(crate) async fn get_role(
     Role(role): Role,
 ) -> Result<Response, ApiError> {
     let Some(view) = state.watcher.role(&role).map_err(not_ready)? else {
-        return Err(ApiError::NotFound(no_record(&state, &role)));
+        return Err(ApiError::NotFound {
+            field: "role",
+            detail: no_record(&state, &role),
+        });
     };
     let body = roster(&view, state.clock.now_ms(), state.stagger_ms());
-    let mut response = Json(&body).into_response();
+    let mut response = json(StatusCode::OK, &body);
     view_headers(response.headers_mut(), body.view.offset, body.view.age_ms);
     Ok(response)
 }
@@ -49,7 +52,7 @@ pub(crate) async fn list_roles(State(state): State<Arc<AppState>>) -> Result<Res
     let now = state.clock.now_ms();
     let oldest = views.iter().map(|v| v.age).max().unwrap_or_default();
     let roles = views.iter().map(|v| summary(v, now)).collect();
-    let mut response = Json(RolesList { roles }).into_response();
+    let mut response = json(StatusCode::OK, &RolesList { roles });
     response.headers_mut().insert(
         "x-krabka-view-age-ms",
         HeaderValue::from(oldest.as_millis() as u64),
@@ -57,9 +60,9 @@ pub(crate) async fn list_roles(State(state): State<Arc<AppState>>) -> Result<Res
     Ok(response)
 }
 
-/// The watcher's views cannot answer yet: logged, and the caller told why.
+/// The watcher's views cannot answer yet (the cause logged with the
+/// request's id as it is answered).
 pub(super) fn not_ready(e: NotReady) -> ApiError {
-    tracing::warn!(reason = %e, "roster view unavailable");
     e.into()
 }
 
@@ -72,6 +75,8 @@ pub(super) fn no_record(state: &AppState, role: &str) -> String {
             state.config.kafka.topic
         )
     } else {
-        format!("the coordination topic holds no record of role {role:?}")
+        format!(
+            "the coordination topic holds no record of role {role:?}: check its spelling; GET /roles lists every role"
+        )
     }
 }

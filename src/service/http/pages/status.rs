@@ -3,16 +3,17 @@
 //! order and status; each role links to its page
 //! ([`super::role`]).
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::Response;
 
 use super::names::{self, escape, shown};
 use super::{STYLE, html, path_segment};
+use crate::service::http::extract::query_values;
 use crate::service::state::AppState;
 use crate::service::watch::{NotReady, RoleView};
 
@@ -88,7 +89,7 @@ pub(crate) fn render(
             let _ = write!(
                 out,
                 "<p class=\"muted\">Not ready: {}</p>",
-                escape(&why.to_string())
+                escape(&why.said())
             );
         }
         Ok(views) => {
@@ -124,15 +125,14 @@ pub(crate) fn render(
 }
 
 /// `GET /`.
-pub(crate) async fn page(
-    State(state): State<Arc<AppState>>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Response {
+pub(crate) async fn page(State(state): State<Arc<AppState>>, parts: Parts) -> Response {
     let views = state.watcher.all();
+    // `?q=` filters by a part of the name; the last one given counts.
+    let filter = query_values(&parts, "q").pop();
     let body = render(
         &state.config.kafka.topic,
         views.as_deref(),
-        query.get("q").map(String::as_str).filter(|q| !q.is_empty()),
+        filter.as_deref().filter(|q| !q.is_empty()),
         state.clock.now_ms(),
     );
     html(StatusCode::OK, body)

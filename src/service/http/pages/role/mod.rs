@@ -277,7 +277,7 @@ pub(crate) fn render_not_ready(role: &str, why: &NotReady) -> String {
         "<h1>Role <code>{}</code></h1><p class=\"muted\">Not ready: {}</p>\
          <p><a href=\"/\">← all roles</a></p></body></html>",
         shown(role),
-        escape(&why.to_string()),
+        escape(&why.said()),
     );
     out
 }
@@ -309,9 +309,12 @@ pub(crate) async fn page(State(state): State<Arc<AppState>>, Role(role): Role) -
             StatusCode::NOT_FOUND,
             render_not_found(&state.config.kafka.topic, &role),
         ),
-        Err(why) => html(
-            StatusCode::SERVICE_UNAVAILABLE,
-            render_not_ready(&role, &why),
-        ),
+        Err(why) => {
+            tracing::warn!(cause = %why, "answered the role page with 503");
+            html(
+                StatusCode::SERVICE_UNAVAILABLE,
+                render_not_ready(&role, &why),
+            )
+        }
     }
 }
