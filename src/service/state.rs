@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::api_tokens::{ApiTokens, TokensFile};
 use super::check::Checker;
 use super::config::ServiceConfig;
+use super::http::pages::names::Names;
 use super::metrics::Metrics;
 use super::watch::{TopicLayout, TrackerConfig, WatchConfig, Watcher};
 use crate::cluster::{Cluster, ClusterError};
@@ -143,6 +144,9 @@ pub struct AppState {
     pub api_tokens: Option<ApiTokens>,
     /// Permits of batch checks in flight (`--max-concurrent-batches`).
     pub batch_permits: tokio::sync::Semaphore,
+    /// The names the pages showed last, and their skeletons
+    /// ([`crate::service::http::pages::names_of`]).
+    pub(crate) page_names: Mutex<Arc<Names>>,
 }
 
 impl AppState {
@@ -238,7 +242,14 @@ impl AppState {
             shutting_down: AtomicBool::new(false),
             batch_permits,
             api_tokens,
+            page_names: Mutex::default(),
         }))
+    }
+
+    /// The names the pages showed last (a page whose views are not all
+    /// ready marks names against them).
+    pub(crate) fn page_names(&self) -> Arc<Names> {
+        lock(&self.page_names).clone()
     }
 
     /// The members' challenge stagger in milliseconds.

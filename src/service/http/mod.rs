@@ -66,6 +66,7 @@ routes! {
         GET "/roles" => views::list_roles,
         GET "/roles/{role}" => views::get_role,
         GET "/roles/{role}/page" => pages::role::page,
+        GET "/page" => pages::role::page_by_query,
         GET "/" => pages::status::page,
     }
     streams (Api, bounded: false) {

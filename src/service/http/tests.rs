@@ -1274,3 +1274,44 @@ async fn no_refusal_of_any_route_tells_an_address_a_path_or_a_librarys_words() {
         "{down} {up} {strangers}"
     );
 }
+
+#[tokio::test]
+async fn roles_named_dot_and_dot_dot_link_to_their_own_pages() {
+    let rig = rig();
+    let member = rig.cluster.transport();
+    for role in [".", "..", "..."] {
+        member.register(role, "node-1", 1).await.unwrap();
+    }
+    let page = eventually(FIVE_S, "the three roles on the status page", async || {
+        let (_, _, page) = call(&rig.app, get("/")).await;
+        let page = page.as_str().unwrap_or_default().to_owned();
+        page.contains("data-role=\"...\"").then_some(page)
+    })
+    .await;
+    // A browser resolves `/roles/../page` (and `%2E%2E`) to `/page`: the
+    // links of dot names go through the query.
+    assert!(page.contains("href=\"/page?role=.\""), "{page}");
+    assert!(page.contains("href=\"/page?role=..\""), "{page}");
+    assert!(page.contains("href=\"/roles/.../page\""), "{page}");
+    for role in [".", ".."] {
+        let (status, _, page) = call(&rig.app, get(&format!("/page?role={role}"))).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let page = page.as_str().unwrap_or_default();
+        assert!(
+            page.contains(&format!("<h1>Role <code><bdi>{role}</bdi></code>")),
+            "{page}"
+        );
+        // A client that keeps percent-encoded dots reaches the JSON.
+        let segment = crate::service::path_segment(role);
+        let (status, _, body) = call(&rig.app, get(&format!("/roles/{segment}"))).await;
+        assert_eq!(
+            (status, body["role"].as_str()),
+            (StatusCode::OK, Some(role))
+        );
+    }
+    let (status, _, body) = call(&rig.app, get("/page")).await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("role"))
+    );
+}

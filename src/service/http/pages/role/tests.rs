@@ -72,6 +72,13 @@ fn failovers() -> Vec<RoleEvent> {
 
 fn page(view: &RoleView, history: &[RoleEvent], now_ms: i64) -> String {
     let roster = roster(view, now_ms, STAGGER);
+    let state = &view.state;
+    let names = Names::of(
+        std::iter::once(state.role())
+            .chain(state.members().iter().map(|m| m.member.as_str()))
+            .chain(history.iter().filter_map(|e| e.holder.as_deref())),
+        &Names::default(),
+    );
     render(&PageInput {
         topic: "coordination",
         roster: &roster,
@@ -79,6 +86,7 @@ fn page(view: &RoleView, history: &[RoleEvent], now_ms: i64) -> String {
         history_complete: false,
         history_limit: 128,
         now_ms,
+        names: &names,
     })
 }
 
@@ -396,7 +404,11 @@ fn hostile_role_and_member_names_stay_text() {
         topic: "<why>".into(),
         why: Some("<script>".into()),
     };
-    for page in [render_not_found("t", role), render_not_ready(role, &why)] {
+    let names = Names::default();
+    for page in [
+        render_not_found("t", role, &names),
+        render_not_ready(role, &why, &names),
+    ] {
         only_own_markup(&page);
         assert!(page.contains("&lt;/svg&gt;&lt;script&gt;"), "{page}");
         assert!(!page.contains("<script"));
