@@ -15,7 +15,15 @@
 //! - a name whose UTS #39 confusable skeleton is another shown name's looks
 //!   like it even in one script: Cyrillic `сосо` and Latin `coco`,
 //!   mathematical `𝗈𝗋𝖽𝖾𝗋𝗌` and `orders`, `proﬁt` with its ligature and
-//!   `profit` ([`Names`] knows every name the service shows).
+//!   `profit` ([`Names`] knows every name the service shows);
+//! - a character outside ASCII that UTS #39's General Security Profile
+//!   restricts in identifiers (historic and limited-use scripts such as
+//!   Cherokee, compatibility forms such as `［` and Arabic presentation
+//!   forms, symbols and emoji) is rarely in a reader's fonts, and two
+//!   missing glyphs are drawn as the same empty box.
+//!
+//! A reader without a font for a script in common use (Malayalam, say)
+//! still sees its letters as boxes; the pages cannot know a reader's fonts.
 //!
 //! The pages show each character at fault as its code point in a marked
 //! box, the way code review tools flag hidden Unicode, with a ⚠ before the
@@ -36,7 +44,7 @@ use unicode_normalization::{IsNormalized, is_nfc, is_nfc_quick};
 use unicode_properties::{GeneralCategory, GeneralCategoryGroup, UnicodeGeneralCategory};
 use unicode_script::{Script, UnicodeScript};
 use unicode_security::mixed_script::AugmentedScriptSet;
-use unicode_security::skeleton;
+use unicode_security::{GeneralSecurityProfile, skeleton};
 
 /// Escapes text for HTML element content and attribute values, exactly.
 pub(crate) fn escape(text: &str) -> String {
@@ -74,6 +82,11 @@ enum Why {
     LooksAlike,
     /// One of the characters the pages mark names with.
     Marker,
+    /// A character outside ASCII that UTS #39's General Security Profile
+    /// restricts (historic and limited-use scripts, compatibility forms,
+    /// symbols): rarely in a font, and then drawn as the same empty box as
+    /// any other missing glyph.
+    Restricted,
 }
 
 impl Why {
@@ -91,6 +104,9 @@ impl Why {
                 "the name looks like another name shown here (Unicode's confusable skeleton)"
             }
             Why::Marker => "a character the pages mark names with",
+            Why::Restricted => {
+                "a character Unicode restricts in identifiers (a historic or limited-use script, a compatibility form, a symbol)"
+            }
         }
     }
 }
@@ -231,6 +247,10 @@ fn pieces(name: &str, looks_alike: bool) -> Pieces<'_> {
         let reason = why(c, i, n, prev)
             .or_else(|| (!normal && not_normal(c)).then_some(Why::NotNormal))
             .or_else(|| {
+                (!c.is_ascii() && !GeneralSecurityProfile::identifier_allowed(c))
+                    .then_some(Why::Restricted)
+            })
+            .or_else(|| {
                 main.filter(|m| {
                     let set = AugmentedScriptSet::for_char(c);
                     !set.is_all() && !set.base.contains_script(*m)
@@ -258,7 +278,7 @@ fn pieces(name: &str, looks_alike: bool) -> Pieces<'_> {
 }
 
 /// What the ⚠ before a marked name says.
-const WARNING: &str = "This name looks like another name shown here, or holds characters that are invisible, reorder text, join the character before them, are not in Unicode's normal form or belong to another script; they are shown as code points.";
+const WARNING: &str = "This name looks like another name shown here, or holds characters that are invisible, reorder text, join the character before them, are not in Unicode's normal form, belong to another script or are restricted by Unicode; they are shown as code points.";
 
 /// The names the pages show, and which of them look like another: those
 /// whose UTS #39 confusable skeleton is shared by a different shown name.
@@ -540,6 +560,13 @@ pub(crate) mod tests {
         assert_eq!(alone.visible("\u{30AB}\u{3099}"), "⚠ カ⟨U+3099⟩");
         // Mixed scripts, by augmented script sets.
         assert!(names.visible("p\u{0430}yp\u{0430}l").contains("⟨U+0430⟩"));
+        // Restricted outside ASCII: a limited-use script, a fullwidth
+        // bracket, an emoji; never ASCII punctuation.
+        let alone = Names::default();
+        assert_eq!(alone.visible("\u{13EF}"), "⚠ ⟨U+13EF⟩");
+        assert_eq!(alone.visible("a\u{FF3B}"), "⚠ a⟨U+FF3B⟩");
+        assert_eq!(alone.visible("ship-\u{1F680}"), "⚠ ship-⟨U+1F680⟩");
+        assert_eq!(alone.visible("orders/eu:1_a.b"), "orders/eu:1_a.b");
     }
 
     #[test]

@@ -155,10 +155,11 @@ fn candidates(out: &mut String, roster: &RosterView<'_>, now_ms: i64, names: &Na
     for c in &roster.challengers {
         let _ = write!(
             out,
-            "<tr class=\"challenger\"><td>{rank}</td><td class=\"name\">{member}</td><td>{registered}</td>\
+            "<tr class=\"challenger\" data-member=\"{exact}\"><td>{rank}</td><td class=\"name\">{member}</td><td>{registered}</td>\
              <td>{at} <span class=\"muted\">({relative})</span></td></tr>",
             rank = c.rank,
             member = names.shown(c.member),
+            exact = escape(c.member),
             registered = registered(c.member),
             at = c.challenge_at,
             relative = relative(c.challenge_at.0, now_ms),
