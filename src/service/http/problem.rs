@@ -84,9 +84,11 @@ impl ApiError {
     pub(crate) fn problem(&self) -> Problem {
         let answering = request_id::answering();
         let problem = self.problem_of(answering.as_ref());
+        // A 4xx body is the caller's own fault and stays the same for the
+        // same fault (every 401 is one body, whatever it asked).
         match answering.and_then(|a| a.id) {
-            Some(id) => problem.with_request_id(id),
-            None => problem,
+            Some(id) if problem.status >= 500 => problem.with_request_id(id),
+            _ => problem,
         }
     }
 

@@ -1222,6 +1222,7 @@ async fn walk(rig: &Rig) -> usize {
         if parts.status.is_client_error() {
             assert!(problem["field"].is_string(), "{what}: no field: {text}");
             assert!(detail.len() > 20, "{what}: no fix: {text}");
+            assert!(problem.get("requestId").is_none(), "{what}: {text}");
         } else {
             let id = parts.headers["x-request-id"].to_str().unwrap();
             assert_eq!(problem["requestId"], id, "{what}: {text}");
