@@ -85,7 +85,7 @@ pub struct RosterView<'a> {
     pub lease: Option<LeaseView<'a>>,
     /// The members that would challenge next, in order.
     pub challengers: Vec<ChallengerView<'a>>,
-    /// The role's status; absent outside the service.
+    /// The role's status (the CLI's `roster` too: never flapping there).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<RoleStatus>,
     /// Failovers within the status window.
