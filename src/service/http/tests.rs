@@ -1316,3 +1316,40 @@ async fn roles_named_dot_and_dot_dot_link_to_their_own_pages() {
         (StatusCode::BAD_REQUEST, Some("role"))
     );
 }
+
+#[tokio::test]
+async fn a_member_has_one_rank_in_members_and_challengers() {
+    let rig = rig();
+    let member = rig.cluster.transport();
+    for (i, m) in ["first", "holder", "third"].iter().enumerate() {
+        member.register("r", m, i as i64).await.unwrap();
+    }
+    let token = member.acquire_epoch("r", LEASE).await.unwrap();
+    member
+        .write_lease("r", token, &lease("holder", token))
+        .await
+        .unwrap();
+    let body = eventually(FIVE_S, "the roster with its lease", async || {
+        let (_, _, body) = call(&rig.app, get("/roles/r")).await;
+        (body["lease"]["member"] == "holder").then_some(body)
+    })
+    .await;
+    let rank_of = |list: &str, name: &str| {
+        body[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["member"] == name)
+            .map(|m| m["rank"].clone())
+    };
+    for name in ["first", "third"] {
+        assert_eq!(
+            rank_of("challengers", name),
+            rank_of("members", name),
+            "{body}"
+        );
+    }
+    assert_eq!(rank_of("challengers", "third"), Some(2.into()), "{body}");
+    // Listed in the order they may challenge.
+    assert_eq!(body["challengers"][0]["member"], "first", "{body}");
+}

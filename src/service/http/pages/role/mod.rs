@@ -147,7 +147,12 @@ fn candidates(out: &mut String, roster: &RosterView<'_>, now_ms: i64, names: &Na
     if let Some(lease) = &roster.lease {
         let _ = write!(
             out,
-            "<tr class=\"holder\"><td>holder</td><td class=\"name\"><b>{}</b></td><td>{}</td><td>holds the lease</td></tr>",
+            "<tr class=\"holder\"><td>{} · holder</td><td class=\"name\"><b>{}</b></td><td>{}</td><td>holds the lease</td></tr>",
+            roster
+                .members
+                .iter()
+                .find(|m| m.member == lease.member)
+                .map_or_else(|| "—".to_owned(), |m| m.rank.to_string()),
             names.shown(lease.member),
             registered(lease.member),
         );

@@ -323,14 +323,16 @@ fn candidates_come_in_rank_order_with_their_challenge_instants() {
     let table = &html[html.find("<table class=\"candidates\"").unwrap()..];
     let table = &table[..table.find("</table>").unwrap()];
     let order: Vec<usize> = [
-        "<td>holder</td><td class=\"name\"><b><bdi>a</bdi></b>".to_owned(),
+        // Ranks in join order (c, a, b), as in the JSON's members; the
+        // rows in the order the members may challenge.
+        "<td>1 · holder</td><td class=\"name\"><b><bdi>a</bdi></b>".to_owned(),
         format!(
             "<td>0</td><td class=\"name\"><bdi>c</bdi></td><td>{}</td><td>{} <span class=\"muted\">(in 6.0 s)",
             Rfc3339Ms(T0),
             Rfc3339Ms(deadline)
         ),
         format!(
-            "<td>1</td><td class=\"name\"><bdi>b</bdi></td><td>{}</td><td>{} <span class=\"muted\">(in 7.0 s)",
+            "<td>2</td><td class=\"name\"><bdi>b</bdi></td><td>{}</td><td>{} <span class=\"muted\">(in 7.0 s)",
             Rfc3339Ms(T0),
             Rfc3339Ms(deadline + STAGGER)
         ),
