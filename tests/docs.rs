@@ -104,6 +104,39 @@ fn every_script_answers_help_with_its_usage_and_does_nothing_else() {
                 stderr.is_empty(),
                 "{script} {flag} said on stderr:\n{stderr}"
             );
+            // It names only what a clone has, and no sentence is cut off.
+            assert!(
+                !stdout.contains("../shared") && !stdout.contains("workplace"),
+                "{script} {flag} points outside the repository:\n{stdout}"
+            );
+            for word in stdout.split_whitespace() {
+                let word = word.trim_matches(|c: char| "()`,.;:'\"".contains(c));
+                let named = [
+                    "docs/",
+                    "scripts/",
+                    "tests/",
+                    "helm/",
+                    "monitoring/",
+                    "bench/",
+                ]
+                .iter()
+                .any(|dir| word.starts_with(dir))
+                    && word.rsplit('/').next().is_some_and(|f| f.contains('.'))
+                    && !word.contains(['*', '<', '$', '{']);
+                if named {
+                    assert!(
+                        repo().join(word).exists(),
+                        "{script} {flag} names {word}, which a clone does not have"
+                    );
+                }
+            }
+            for paragraph in stdout.split("\n\n") {
+                let last = paragraph.trim_end();
+                assert!(
+                    !last.ends_with(" adds") && !last.ends_with(" the") && !last.ends_with(" a"),
+                    "{script} {flag}: a sentence is cut off: {last:?}"
+                );
+            }
             let left = files(&sandbox);
             assert!(left.is_empty(), "{script} {flag} left {left:?}");
             std::fs::remove_dir_all(&sandbox).unwrap();

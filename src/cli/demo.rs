@@ -59,6 +59,12 @@ pub(crate) struct DemoArgs {
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub(crate) chaos_interval: Duration,
 
+    /// Leave the holders alone this long before chaos starts (scripts/run
+    /// waits 3 minutes, so that the token it prints still holds when a
+    /// person pastes it).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub(crate) chaos_after: Duration,
+
     /// Stop after this long (default: run until interrupted).
     #[arg(long = "for", value_parser = parse_duration)]
     pub(crate) run_for: Option<Duration>,
@@ -148,7 +154,11 @@ pub(crate) async fn run(
     }
     tracing::info!(roles = ?args.roles, members = args.members, chaos = args.chaos, "demo candidates started");
     if args.chaos {
-        tasks.push(tokio::spawn(chaos(holders.clone(), args.chaos_interval)));
+        tasks.push(tokio::spawn(chaos(
+            holders.clone(),
+            args.chaos_after,
+            args.chaos_interval,
+        )));
     }
     let until = async {
         match args.run_for {
@@ -208,8 +218,12 @@ async fn candidate(
     }
 }
 
-async fn chaos(holders: Holders, longest: Duration) {
+async fn chaos(holders: Holders, after: Duration, longest: Duration) {
     let longest_ms = longest.as_millis().max(1000) as u64;
+    if !after.is_zero() {
+        tracing::info!(?after, "chaos: the holders are left alone for now");
+        tokio::time::sleep(after).await;
+    }
     loop {
         let pause = rand::rng().random_range(longest_ms / 3..=longest_ms);
         tokio::time::sleep(Duration::from_millis(pause)).await;

@@ -12,13 +12,15 @@ use anyhow::Context;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use krabka_authority::cluster::Cluster;
 use krabka_authority::coordination::{RoleState, Verdict, role_partition};
 use krabka_authority::kafka::{KafkaClient, KafkaError};
 use krabka_authority::kafka_settings::KafkaSettings;
 use krabka_authority::service::check::Checker;
-use krabka_authority::service::watch::RoleView;
 use krabka_authority::service::watch::roster::roster as roster_view;
+use krabka_authority::service::watch::{CoordinatorView, RoleView, StatusInputs, status};
 use krabka_authority::service::{self, AppState, ServeError, ServiceConfig, SetupError};
+use krabka_authority::time::Rfc3339Ms;
 use krabka_authority::time::{Clock, SystemClock};
 use krabka_authority_types::{parse_token, validate_role};
 
@@ -125,7 +127,10 @@ pub(crate) async fn check(
     }
 }
 
-/// `roster ROLE`: the role's roster and lease as JSON, read from the topic.
+/// `roster ROLE`: the role's roster and lease as JSON, read from the topic,
+/// with the coordinator's pair (asked now) and the status, as `GET
+/// /roles/{role}` has them. One read cannot see failovers over time: the
+/// status is never `flapping` here.
 pub(crate) async fn roster(
     kafka: KafkaSettings,
     role: &str,
@@ -155,19 +160,42 @@ pub(crate) async fn roster(
         eprintln!("error: the topic holds no record of role {role:?}");
         return Ok(ExitCode::from(1));
     }
+    let deadline = Instant::now() + client.config().operation_timeout;
+    let described = client.describe_role(role, &|_, _| None, deadline).await;
     let now = SystemClock.now_ms();
+    let coordinator = match described {
+        Ok(d) => Some(CoordinatorView {
+            current: d.current,
+            state: d.state,
+            checked_at: Rfc3339Ms(now),
+        }),
+        Err(e) => {
+            eprintln!("warning: could not ask the transaction coordinator: {e}");
+            None
+        }
+    };
+    let stagger_ms = krabka_authority::time::millis(stagger);
+    let status = status(
+        &state,
+        &StatusInputs {
+            now_ms: now,
+            stagger_ms,
+            failovers_in_window: 0,
+            flapping_threshold: usize::MAX,
+            coordinator_vacant: coordinator.as_ref().is_some_and(|c| c.current.is_none()),
+        },
+    );
     let view = RoleView {
         state: Arc::new(state),
         partition,
         offset: read.next_offset,
         age: Duration::ZERO,
         refreshed_at_ms: now,
-        status: None,
+        status: Some(status),
         failovers_in_window: 0,
-        coordinator: None,
+        coordinator,
         skipped: read.skipped,
     };
-    let stagger_ms = krabka_authority::time::millis(stagger);
     println!(
         "{}",
         serde_json::to_string_pretty(&roster_view(&view, now, stagger_ms))?

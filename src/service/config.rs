@@ -222,7 +222,8 @@ impl Default for WatchSettings {
 #[derive(Args, Clone, Debug)]
 pub struct AuthSettings {
     /// File of accepted API bearer tokens, one per line (e.g. a mounted
-    /// Secret); read again when it changes. Unset: the API is open.
+    /// Secret); read again when it changes, and what it holds is the
+    /// truth: emptied, no token is accepted. Unset: the API is open.
     #[arg(long, env = "KRABKA_API_TOKENS_FILE")]
     pub api_tokens_file: Option<PathBuf>,
 
@@ -365,15 +366,20 @@ mod tests {
     }
 
     #[test]
-    fn protection_flags_need_a_tokens_file_and_the_file_must_hold_tokens() {
+    fn protection_flags_need_a_tokens_file_and_the_file_must_be_readable() {
         let mut config = ServiceConfig::new("b:1");
         config.auth.protect_readyz = true;
         assert!(config.validate().unwrap_err().contains("--api-tokens-file"));
         let temp = tempfile::tempdir().unwrap();
         let dir = temp.path();
+        // Empty: every token revoked, a service that accepts none.
         let empty = dir.join("empty");
         std::fs::write(&empty, "# nothing\n").unwrap();
         config.auth.api_tokens_file = Some(empty);
+        assert_eq!(config.validate(), Ok(()));
+        let malformed = dir.join("malformed");
+        std::fs::write(&malformed, "two words\n").unwrap();
+        config.auth.api_tokens_file = Some(malformed);
         assert!(
             config
                 .validate()

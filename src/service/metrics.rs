@@ -64,6 +64,11 @@ pub struct Metrics {
     pub tls_client_certificate_expiry: IntGaugeVec,
     /// Changes of the TLS files, taken in or refused.
     pub tls_reloads: IntCounterVec,
+    /// Tokens the API tokens file holds now (0 when emptied or unusable).
+    pub api_tokens_accepted: IntGauge,
+    /// 1 while the API tokens file cannot be read or is malformed: no
+    /// token is accepted.
+    pub api_tokens_file_unusable: IntGauge,
     /// Constant 1, labelled with the version.
     pub build_info: IntGaugeVec,
 }
@@ -204,6 +209,14 @@ impl Metrics {
             ),
             &["outcome"],
         )?;
+        let api_tokens_accepted = IntGauge::new(
+            "krabka_api_tokens_accepted",
+            "Bearer tokens the API tokens file (--api-tokens-file) holds now; 0 when it was emptied or is unusable. Absent without the file.",
+        )?;
+        let api_tokens_file_unusable = IntGauge::new(
+            "krabka_api_tokens_file_unusable",
+            "1 while the API tokens file cannot be read or holds a line no Authorization header can carry: no token is accepted, every protected request answers 401. Absent without the file.",
+        )?;
         let build_info = IntGaugeVec::new(
             Opts::new("krabka_build_info", "Always 1; the version is a label."),
             &["version"],
@@ -275,6 +288,8 @@ impl Metrics {
             skipped_batches,
             tls_client_certificate_expiry,
             tls_reloads,
+            api_tokens_accepted,
+            api_tokens_file_unusable,
             build_info,
         })
     }

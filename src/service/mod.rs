@@ -23,7 +23,7 @@ pub mod state;
 pub mod watch;
 
 pub use config::ServiceConfig;
-pub use http::pages::path_segment;
+pub use http::pages::{path_segment, role_page};
 pub use http::{ROUTES, router};
 pub use server::{ServeError, run, serve};
 pub use state::{AppState, SetupError};

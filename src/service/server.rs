@@ -144,7 +144,8 @@ pub async fn run(
                 )
             }
         });
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let io = TokioIo::new(head_errors::ProblemHeads::new(stream));
+        let connection = graceful.watch(http.serve_connection(io, service));
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
@@ -169,6 +170,8 @@ pub async fn run(
         None => Ok(()),
     }
 }
+
+mod head_errors;
 
 #[cfg(test)]
 mod tests;

@@ -4,9 +4,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::api_tokens::ApiTokens;
+use super::api_tokens::{ApiTokens, TokensFile};
 use super::check::Checker;
 use super::config::ServiceConfig;
+use super::http::pages::names::Names;
 use super::metrics::Metrics;
 use super::watch::{TopicLayout, TrackerConfig, WatchConfig, Watcher};
 use crate::cluster::{Cluster, ClusterError};
@@ -18,10 +19,47 @@ use crate::time::{Clock, SystemClock, millis};
 /// the client's reason why Kafka cannot be reached.
 const UNREACHABLE_EVERY: Duration = Duration::from_millis(200);
 
+/// Why the service is not ready, twice: `said`, what anyone may read (no
+/// broker address, file path or library error), and `why`, the whole
+/// reason, for the logs and for callers with an accepted API token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unready {
+    /// The reason without what only operators may read.
+    pub said: String,
+    /// The whole reason.
+    pub why: String,
+}
+
+impl Unready {
+    /// A reason with a part only operators may read.
+    pub fn new(said: impl Into<String>, why: impl Into<String>) -> Unready {
+        Unready {
+            said: said.into(),
+            why: why.into(),
+        }
+    }
+
+    /// A reason with nothing to keep from anyone.
+    pub fn plain(text: impl Into<String>) -> Unready {
+        let text = text.into();
+        Unready::new(text.clone(), text)
+    }
+
+    fn starting(self) -> Unready {
+        if self.why.starts_with("starting: ") {
+            return self;
+        }
+        Unready::new(
+            format!("starting: {}", self.said),
+            format!("starting: {}", self.why),
+        )
+    }
+}
+
 /// Whether the service can answer, and why not.
 #[derive(Debug)]
 pub struct Readiness {
-    not_ready: Mutex<Option<String>>,
+    not_ready: Mutex<Option<Unready>>,
     /// True once the service was ready: until then every reason reads
     /// "starting: ...", and a refusal of its credentials stops it.
     was_ready: AtomicBool,
@@ -29,15 +67,15 @@ pub struct Readiness {
 
 impl Readiness {
     /// Not ready: starting, for `why`.
-    pub fn starting(why: impl Into<String>) -> Readiness {
+    pub fn starting(why: Unready) -> Readiness {
         Readiness {
-            not_ready: Mutex::new(Some(format!("starting: {}", why.into()))),
+            not_ready: Mutex::new(Some(why.starting())),
             was_ready: AtomicBool::new(false),
         }
     }
 
     /// `None` when ready; otherwise the reason.
-    pub fn reason(&self) -> Option<String> {
+    pub fn reason(&self) -> Option<Unready> {
         lock(&self.not_ready).clone()
     }
 
@@ -47,11 +85,9 @@ impl Readiness {
     }
 
     /// Records the latest readiness probe.
-    pub fn set(&self, reason: Option<String>) {
+    pub fn set(&self, reason: Option<Unready>) {
         let reason = match reason {
-            Some(why) if !self.was_ready() && !why.starts_with("starting: ") => {
-                Some(format!("starting: {why}"))
-            }
+            Some(why) if !self.was_ready() => Some(why.starting()),
             other => other,
         };
         let mut current = lock(&self.not_ready);
@@ -61,7 +97,7 @@ impl Readiness {
         if *current != reason {
             match &reason {
                 None => tracing::info!("ready"),
-                Some(why) => tracing::warn!(reason = %why, "not ready"),
+                Some(why) => tracing::warn!(reason = %why.why, "not ready"),
             }
             *current = reason;
         }
@@ -108,6 +144,9 @@ pub struct AppState {
     pub api_tokens: Option<ApiTokens>,
     /// Permits of batch checks in flight (`--max-concurrent-batches`).
     pub batch_permits: tokio::sync::Semaphore,
+    /// The names the pages showed last, and their skeletons
+    /// ([`crate::service::http::pages::names_of`]).
+    pub(crate) page_names: Mutex<Arc<Names>>,
 }
 
 impl AppState {
@@ -147,6 +186,12 @@ impl AppState {
             .map(ApiTokens::load)
             .transpose()
             .map_err(|e| SetupError::Config(format!("--api-tokens-file: {e}")))?;
+        if api_tokens.is_some() {
+            // Only with a tokens file: absent, they would say nothing.
+            let registry = metrics.registry();
+            registry.register(Box::new(metrics.api_tokens_accepted.clone()))?;
+            registry.register(Box::new(metrics.api_tokens_file_unusable.clone()))?;
+        }
         let checker = Arc::new(Checker::new(
             cluster.clone(),
             clock.clone(),
@@ -180,9 +225,12 @@ impl AppState {
         )?;
         let batch_permits = tokio::sync::Semaphore::new(config.http.max_concurrent_batches);
         Ok(Arc::new(AppState {
-            readiness: Readiness::starting(format!(
-                "waiting for Kafka's first answer (bootstrap {})",
-                config.kafka.bootstrap_servers.join(",")
+            readiness: Readiness::starting(Unready::new(
+                "waiting for Kafka's first answer",
+                format!(
+                    "waiting for Kafka's first answer (bootstrap {})",
+                    config.kafka.bootstrap_servers.join(",")
+                ),
             )),
             config,
             cluster,
@@ -194,7 +242,14 @@ impl AppState {
             shutting_down: AtomicBool::new(false),
             batch_permits,
             api_tokens,
+            page_names: Mutex::default(),
         }))
+    }
+
+    /// The names the pages showed last (a page whose views are not all
+    /// ready marks names against them).
+    pub(crate) fn page_names(&self) -> Arc<Names> {
+        lock(&self.page_names).clone()
     }
 
     /// The members' challenge stagger in milliseconds.
@@ -223,20 +278,36 @@ impl AppState {
             .set(i64::try_from(high_water).unwrap_or(i64::MAX));
         self.watcher.view_ages();
         self.tls_gauges();
+        self.tokens_gauges();
     }
 
     /// Looks at the files the service follows while it runs (the TLS
-    /// material of broker connections; the API tokens are looked at as
-    /// requests come) once a second, so a rotation is taken in, or a bad
-    /// file said, within a second, whether or not a connection opens.
+    /// material of broker connections, the API tokens) once a second, so a
+    /// rotation or a revocation is taken in, or a bad file said, within a
+    /// second, whether or not a connection opens or a request comes.
     pub async fn look_at_files(self: Arc<Self>) {
-        if self.cluster.tls().is_none() {
+        if self.cluster.tls().is_none() && self.api_tokens.is_none() {
             return;
         }
         loop {
             tokio::time::sleep(crate::files::LOOK_EVERY).await;
             self.cluster.tls();
+            self.tokens_gauges();
         }
+    }
+
+    /// The API tokens file's metrics, after a look at it.
+    fn tokens_gauges(&self) {
+        let Some(tokens) = &self.api_tokens else {
+            return;
+        };
+        let file = tokens.file();
+        self.metrics
+            .api_tokens_accepted
+            .set(i64::try_from(file.accepted()).unwrap_or(i64::MAX));
+        self.metrics
+            .api_tokens_file_unusable
+            .set(i64::from(matches!(file, TokensFile::Unusable(_))));
     }
 
     /// The TLS material's metrics, after a look at its files.
@@ -274,20 +345,35 @@ impl AppState {
                 answered = &mut answer => break answered,
                 () = tokio::time::sleep(UNREACHABLE_EVERY), if !self.readiness.was_ready() => {
                     if let Some(why) = self.cluster.unreachable() {
-                        self.readiness.set(Some(format!("cannot reach Kafka: {why}")));
+                        self.readiness.set(Some(Unready::new(
+                            "cannot reach Kafka",
+                            format!("cannot reach Kafka: {why}"),
+                        )));
                     }
                 }
             }
         };
         let (reason, denied) = match answered {
-            Err(ClusterError::Denied(why)) => (Some(format!("Kafka: {why}")), Some(why)),
+            Err(ClusterError::Denied(why)) => (
+                Some(Unready::new(
+                    "Kafka refuses the service's credentials or permissions",
+                    format!("Kafka: {why}"),
+                )),
+                Some(why),
+            ),
             Err(ClusterError::NoTopic(_)) => (self.watcher.not_ready(), None),
-            Err(e) => (Some(format!("Kafka: {e}")), None),
+            Err(e) => (
+                Some(Unready::new(
+                    "Kafka could not be asked in time",
+                    format!("Kafka: {e}"),
+                )),
+                None,
+            ),
             Ok(count) if self.watcher.partitions().is_some_and(|p| p != count) => (
-                Some(format!(
+                Some(Unready::plain(format!(
                     "the topic now has {count} partitions, not {}; restart the service",
                     self.watcher.partitions().unwrap_or_default()
-                )),
+                ))),
                 None,
             ),
             Ok(_) => (self.watcher.not_ready(), None),

@@ -132,4 +132,12 @@ async fn check_exits_by_verdict_and_roster_prints_the_role() {
     .await;
     assert_eq!(roster["members"][0]["member"], "a");
     assert_eq!(roster["role"], role);
+    // As GET /roles/{role} has it: the status, and the coordinator's pair
+    // asked now (the newer epoch minted above, not the lease's).
+    assert!(roster["status"].is_string(), "{roster}");
+    assert_eq!(
+        roster["coordinator"]["current"],
+        newer.to_string(),
+        "{roster}"
+    );
 }

@@ -316,6 +316,8 @@ async fn a_roster_view_shows_ranks_and_holder_and_follows_a_takeover() {
     assert_eq!(body["lease"]["token"], a.token().to_string());
     assert_eq!(body["lease"]["expired"], false);
     assert_eq!(body["challengers"][0]["member"], "b");
+    // One rank for a member: its place in join order, as in members.
+    assert_eq!(body["challengers"][0]["rank"], body["members"][1]["rank"]);
     assert_eq!(
         body["challengers"][0]["challengeAt"],
         body["lease"]["deadline"]

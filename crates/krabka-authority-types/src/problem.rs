@@ -26,6 +26,10 @@ pub struct Problem {
     /// The request field at fault (`token`, `role`, `body`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// The request's `x-request-id`: the service's log lines of the request
+    /// carry it, with the cause a 5xx does not tell the caller.
+    #[serde(rename = "requestId", default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 impl Problem {
@@ -42,6 +46,7 @@ impl Problem {
             status,
             detail: detail.into(),
             field: None,
+            request_id: None,
         }
     }
 
@@ -59,6 +64,12 @@ impl Problem {
     /// The same problem, naming `field` as the one at fault.
     pub fn with_field(mut self, field: impl Into<String>) -> Problem {
         self.field = Some(field.into());
+        self
+    }
+
+    /// The same problem, carrying the request's id.
+    pub fn with_request_id(mut self, id: impl Into<String>) -> Problem {
+        self.request_id = Some(id.into());
         self
     }
 
@@ -97,5 +108,8 @@ mod tests {
         let problem = Problem::new("unavailable", "Coordinator unavailable", 503, "timed out");
         let json = serde_json::to_value(&problem).unwrap();
         assert!(json.get("field").is_none(), "{json}");
+        assert!(json.get("requestId").is_none(), "{json}");
+        let json = serde_json::to_value(problem.with_request_id("1a2b3c4d-7")).unwrap();
+        assert_eq!(json["requestId"], "1a2b3c4d-7");
     }
 }

@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::extract::{Arrived, JsonBody, Role, Token, parse_token, validate_role};
+use super::json;
 use super::problem::ApiError;
 use crate::cluster::ClusterError;
 use krabka_authority_types::{BatchItem, BatchOutcome, Refusal};
@@ -34,9 +34,9 @@ fn no_store(mut response: Response) -> Response {
     response
 }
 
-/// The error of a check the cluster could not answer, naming the role.
+/// The error of a check the cluster could not answer, its cause naming the
+/// role (for the log line of the request: [`ApiError::answered`]).
 fn not_asked(role: &str, e: ClusterError) -> ApiError {
-    tracing::warn!(role, error = %e, "authority check failed: the coordinator could not be asked");
     let e = match e {
         ClusterError::Unavailable(why) => ClusterError::Unavailable(format!(
             "the transaction coordinator could not be asked about role {role:?}: {why}"
@@ -81,7 +81,7 @@ pub(crate) async fn get_authority(
     .await;
     count(&state, &answer, started);
     let answer = answer?;
-    Ok(no_store((status_of(&answer), Json(answer)).into_response()))
+    Ok(no_store(json(status_of(&answer), &answer)))
 }
 
 /// One item of a batch check. A missing or null role or token is that
@@ -109,6 +109,10 @@ impl<'de> Deserialize<'de> for CheckItem {
     }
 }
 
+impl super::extract::Shape for Vec<CheckItem> {
+    const SHAPE: &'static str = r#"a JSON array of {"role": "<role>", "token": "<producer id>:<producer epoch>"} objects, e.g. [{"role":"orders","token":"4000:7"}]"#;
+}
+
 /// One answer of a batch check: a verdict, or the problem of that item, as
 /// the wire contract of the types crate has it.
 pub(crate) type BatchAnswer = BatchItem<Rfc3339Ms>;
@@ -124,7 +128,7 @@ fn batch_answer(item: CheckItem, answer: Result<CheckAnswer, ApiError>) -> Batch
             outcome: BatchOutcome::Refused(Refusal {
                 role: item.role,
                 token: item.token,
-                problem: problem.problem(),
+                problem: problem.answered(),
             }),
         },
     }
@@ -195,5 +199,5 @@ pub(crate) async fn post_check(
             batch_answer(item, answer)
         })
         .collect();
-    Ok(no_store(Json(BatchResponse { results }).into_response()))
+    Ok(no_store(json(StatusCode::OK, &BatchResponse { results })))
 }

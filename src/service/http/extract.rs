@@ -1,9 +1,8 @@
 //! Extractors for what a request names: a validated role from the path, a
 //! token from the query. A bad one is a 400 problem naming the field.
 
-use axum::extract::{FromRequestParts, Path, Query};
+use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
-use serde::Deserialize;
 
 pub(crate) use krabka_authority_types::{parse_token, validate_role};
 
@@ -23,34 +22,82 @@ impl<S: Send + Sync> FromRequestParts<S> for Role {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Role, ApiError> {
+        // The only way the path's one parameter fails: its percent-decoded
+        // bytes are not UTF-8 (axum's text would name its own types).
         let Path(role) = Path::<String>::from_request_parts(parts, state)
             .await
-            .map_err(|e| ApiError::invalid("role", e.body_text()))?;
+            .map_err(|_| {
+                ApiError::invalid(
+                    "role",
+                    "the role in the path is not UTF-8 once percent-decoded: percent-encode the role's UTF-8 bytes",
+                )
+            })?;
         validate_role(&role)?;
         Ok(Role(role))
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct TokenQuery {
-    token: Option<String>,
+/// The values of the query parameter `name`, percent-decoded (`+` a
+/// space), in order.
+pub(crate) fn query_values(parts: &Parts, name: &str) -> Vec<String> {
+    let query = parts.uri.query().unwrap_or("");
+    form_urlencoded::parse(query.as_bytes())
+        .filter(|(key, _)| key == name)
+        .map(|(_, value)| value.into_owned())
+        .collect()
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Token {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Token, ApiError> {
-        let Query(query) = Query::<TokenQuery>::from_request_parts(parts, state)
-            .await
-            .map_err(|e| ApiError::invalid("token", e.body_text()))?;
-        let text = query.token.ok_or_else(|| {
-            ApiError::invalid(
-                "token",
-                "the token query parameter is missing; add ?token=<producer id>:<producer epoch>",
-            )
-        })?;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Token, ApiError> {
+        let text = match query_values(parts, "token").as_slice() {
+            [] => {
+                return Err(ApiError::invalid(
+                    "token",
+                    "the token query parameter is missing; add ?token=<producer id>:<producer epoch>",
+                ));
+            }
+            [one] => one.clone(),
+            many => {
+                return Err(ApiError::invalid(
+                    "token",
+                    format!(
+                        "the token query parameter is given {} times; give it once: ?token=<producer id>:<producer epoch> (check many tokens with POST /authority/check)",
+                        many.len()
+                    ),
+                ));
+            }
+        };
         Ok(Token(parse_token(&text)?))
     }
+}
+
+/// What a JSON body must be, said to a caller whose body is not that.
+pub(crate) trait Shape {
+    /// The expected shape, with an example.
+    const SHAPE: &'static str;
+}
+
+/// Why a body that read whole is not the JSON expected, in the service's
+/// words (serde's name Rust types): where, and what it must be.
+fn not_the_json<T: Shape>(e: &serde_json::Error) -> ApiError {
+    let (line, column) = (e.line(), e.column());
+    let what = match e.classify() {
+        serde_json::error::Category::Eof if line <= 1 && column == 0 => {
+            "the body is empty".to_owned()
+        }
+        serde_json::error::Category::Eof => {
+            format!("the body ends early (line {line}, column {column})")
+        }
+        serde_json::error::Category::Syntax | serde_json::error::Category::Io => {
+            format!("the body is not JSON (line {line}, column {column})")
+        }
+        serde_json::error::Category::Data => {
+            format!("the body's JSON has another shape (line {line}, column {column})")
+        }
+    };
+    ApiError::invalid("body", format!("{what}: send {}", T::SHAPE))
 }
 
 /// A JSON body of a request: 415 without a JSON content type, 413 over the
@@ -112,7 +159,7 @@ fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
 
 impl<T> axum::extract::FromRequest<std::sync::Arc<crate::service::state::AppState>> for JsonBody<T>
 where
-    T: serde::de::DeserializeOwned,
+    T: serde::de::DeserializeOwned + Shape,
 {
     type Rejection = ApiError;
 
@@ -161,11 +208,14 @@ where
             } else if timed_out(&e) {
                 ApiError::Timeout("the body did not arrive within the request timeout".into())
             } else {
-                ApiError::invalid("body", e.body_text())
+                ApiError::invalid(
+                    "body",
+                    "the body could not be read whole (the connection broke, or its chunked encoding is wrong): send it again",
+                )
             }
         })?;
         serde_json::from_slice(&bytes)
             .map(JsonBody)
-            .map_err(|e| ApiError::invalid("body", e.to_string()))
+            .map_err(|e| not_the_json::<T>(&e))
     }
 }

@@ -8,12 +8,12 @@ pub(crate) mod extract;
 pub(crate) mod ops;
 pub(crate) mod pages;
 pub(crate) mod problem;
+pub(crate) mod request_id;
 pub(crate) mod stream;
 pub(crate) mod views;
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -28,9 +28,7 @@ use futures::future::{Either, MapOk, Ready, ready};
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::classify::ServerErrorsFailureClass;
-use tower_http::request_id::{
-    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
-};
+use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
@@ -68,6 +66,7 @@ routes! {
         GET "/roles" => views::list_roles,
         GET "/roles/{role}" => views::get_role,
         GET "/roles/{role}/page" => pages::role::page,
+        GET "/page" => pages::role::page_by_query,
         GET "/" => pages::status::page,
     }
     streams (Api, bounded: false) {
@@ -87,19 +86,27 @@ routes! {
     }
 }
 
-/// Request ids: a per-process prefix and a counter, unique and cheap.
-#[derive(Clone, Debug)]
-struct Ids {
-    prefix: u32,
-    next: Arc<AtomicU64>,
-}
-
-impl MakeRequestId for Ids {
-    fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        HeaderValue::from_str(&format!("{:08x}-{n:x}", self.prefix))
-            .ok()
-            .map(RequestId::new)
+/// A JSON answer: `body` as one line of JSON and a newline (as a shell
+/// prints it), `application/json`. Every JSON body of the service, problems
+/// included, is written here.
+pub(crate) fn json<T: serde::Serialize + ?Sized>(status: StatusCode, body: &T) -> Response {
+    match serde_json::to_vec(body) {
+        Ok(mut bytes) => {
+            bytes.push(b'\n');
+            (
+                status,
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
+                bytes,
+            )
+                .into_response()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "a JSON body could not be written");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
     }
 }
 
@@ -109,15 +116,21 @@ async fn not_found(State(state): State<Arc<AppState>>, request: Request) -> Resp
     if auth::refused(&state, &request) {
         return ApiError::Unauthorized.into_response();
     }
-    ApiError::NotFound("no such endpoint; see /openapi.yaml".into()).into_response()
+    ApiError::NotFound {
+        field: "path",
+        detail: "no such endpoint: the API's paths are listed in /openapi.yaml".into(),
+    }
+    .into_response()
 }
 
 async fn method_not_allowed(State(state): State<Arc<AppState>>, request: Request) -> Response {
     if auth::refused(&state, &request) {
         return ApiError::Unauthorized.into_response();
     }
-    ApiError::MethodNotAllowed("this endpoint does not take that method; see /openapi.yaml".into())
-        .into_response()
+    ApiError::MethodNotAllowed(
+        "this endpoint does not take that method: its methods are in /openapi.yaml".into(),
+    )
+    .into_response()
 }
 
 /// What every answer passes through, in one layer:
@@ -210,10 +223,7 @@ fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
 /// The service's router over `state`.
 pub fn router(state: Arc<AppState>) -> Router {
     let http = &state.config.http;
-    let ids = Ids {
-        prefix: rand::random(),
-        next: Arc::default(),
-    };
+    let ids = request_id::Ids::new();
     let timeout = http.request_timeout + Duration::from_secs(1);
     let retry_after = http.retry_after_secs();
     let mut app = Router::new();
@@ -267,6 +277,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(
             ServiceBuilder::new()
                 .layer(SetRequestIdLayer::x_request_id(ids))
+                .layer(request_id::InScopeLayer {
+                    retry_after_secs: retry_after,
+                })
                 .layer(
                     TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
                         let id = request

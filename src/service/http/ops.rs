@@ -2,13 +2,13 @@
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::service::state::AppState;
+use super::json;
+use crate::service::state::{AppState, Unready};
 use crate::service::watch::TopicSearch;
 
 /// The OpenAPI document, served as written.
@@ -16,49 +16,56 @@ pub(crate) const OPENAPI_YAML: &str = include_str!("../../../openapi/openapi.yam
 
 /// `GET /healthz`: the process is up.
 pub(crate) async fn healthz() -> Response {
-    Json(json!({ "status": "ok" })).into_response()
+    json(StatusCode::OK, &json!({ "status": "ok" }))
 }
 
 /// `GET /readyz`: Kafka reachable, views caught up. A topic that does not
-/// exist yet is ready, with a note (a fresh cluster: no role registered;
-/// checks work). With API tokens configured, a caller without one learns
-/// only that the service is (not) ready, not why (the reason names brokers
-/// and partitions).
+/// exist yet is ready, with a note (a fresh cluster: no role is registered;
+/// checks work). Not ready, the reason is told in full only to a caller
+/// with an accepted API token; anyone else reads it without broker
+/// addresses, file paths or libraries' errors ([`Unready::said`]) and gets
+/// the request id of the log line that holds the whole of it.
 pub(crate) async fn readyz(
     State(state): State<Arc<AppState>>,
     request: axum::extract::Request,
 ) -> Response {
+    let trusted = state.api_tokens.is_some() && !super::auth::refused(&state, &request);
     let tell = !super::auth::refused(&state, &request);
     let shutting_down = state
         .shutting_down
         .load(std::sync::atomic::Ordering::Relaxed)
-        .then(|| "shutting down".to_owned());
+        .then(|| Unready::plain("shutting down"));
     match shutting_down
         .or_else(|| state.readiness.reason())
         .or_else(|| state.watcher.not_ready())
     {
         None => match state.watcher.topic_search() {
-            TopicSearch::Absent if tell => Json(json!({
-                "status": "ready",
-                "note": format!(
-                    "the topic {} does not exist yet: no role is registered; the first candidate creates it",
-                    state.config.kafka.topic
-                ),
-            }))
-            .into_response(),
-            _ => Json(json!({ "status": "ready" })).into_response(),
+            TopicSearch::Absent if tell => json(
+                StatusCode::OK,
+                &json!({
+                    "status": "ready",
+                    "note": format!(
+                        "the topic {} does not exist yet: no role is registered; the first candidate creates it",
+                        state.config.kafka.topic
+                    ),
+                }),
+            ),
+            _ => json(StatusCode::OK, &json!({ "status": "ready" })),
         },
         Some(reason) => {
-            let reason = if tell {
-                reason
-            } else {
+            tracing::info!(reason = %reason.why, "answered /readyz: not ready");
+            let id = super::request_id::answering().and_then(|a| a.id);
+            let said = if trusted {
+                reason.why
+            } else if !tell {
                 "see the service's logs or ask with a token".to_owned()
+            } else {
+                reason.said
             };
-            (
+            json(
                 StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({ "status": "not ready", "reason": reason })),
+                &json!({ "status": "not ready", "reason": said, "requestId": id }),
             )
-                .into_response()
         }
     }
 }

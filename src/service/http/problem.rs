@@ -5,14 +5,18 @@
 //! The seams' errors convert into it ([`ClusterError`] from Kafka,
 //! [`NotReady`] from the watcher), so handlers return `Result<_, ApiError>`
 //! and never tell causes apart by status. A 503 never guesses; its
-//! `Retry-After` (`--retry-after`) is set by the router for every 503.
+//! `Retry-After` (`--retry-after`) is set by the router for every 503. A
+//! 5xx body says what the caller can do and the request id; its cause
+//! (broker addresses, file paths, Kafka's and libraries' errors) goes to
+//! the log lines of that request only, since without API tokens anyone may
+//! read the body.
 
-use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 pub(crate) use krabka_authority_types::{PROBLEM_JSON, Problem};
 
+use super::request_id::{self, Answering};
 use crate::cluster::ClusterError;
 use crate::service::watch::NotReady;
 
@@ -29,8 +33,14 @@ pub(crate) enum ApiError {
     /// 401: no accepted bearer token (with `WWW-Authenticate`). The same
     /// for every path, so it tells nothing of what exists.
     Unauthorized,
-    /// 404: nothing is known of what was asked.
-    NotFound(String),
+    /// 404: nothing is known of what was asked (`field`: `path` for an
+    /// unknown endpoint, `role` for a role without records).
+    NotFound {
+        /// The part of the request that names nothing known.
+        field: &'static str,
+        /// What is not known, and what to do.
+        detail: String,
+    },
     /// 405: the path exists, the method does not.
     MethodNotAllowed(String),
     /// 408: the body did not arrive within the request timeout.
@@ -67,21 +77,53 @@ impl ApiError {
         }
     }
 
-    /// The problem body of this cause.
+    /// The problem body of this cause. A 5xx tells the caller what to do
+    /// (ask again, and when) and the request id, never its cause: that
+    /// names brokers, files and libraries' errors, and goes to the log
+    /// lines of the request ([`ApiError::answered`]).
     pub(crate) fn problem(&self) -> Problem {
+        let answering = request_id::answering();
+        let problem = self.problem_of(answering.as_ref());
+        // A 4xx body is the caller's own fault and stays the same for the
+        // same fault (every 401 is one body, whatever it asked).
+        match answering.and_then(|a| a.id) {
+            Some(id) if problem.status >= 500 => problem.with_request_id(id),
+            _ => problem,
+        }
+    }
+
+    fn problem_of(&self, answering: Option<&Answering>) -> Problem {
+        let unavailable = |kind: &str, title: &str, what: &str| {
+            let when = match answering {
+                Some(a) => format!("Ask again in {} s (Retry-After)", a.retry_after_secs),
+                None => "Ask again after the seconds of Retry-After".to_owned(),
+            };
+            let log = match answering.and_then(|a| a.id.as_deref()) {
+                Some(id) => format!("the service's log lines of request {id} say why"),
+                None => "the service's log says why".to_owned(),
+            };
+            Problem::new(kind, title, 503, format!("{what} {when}; {log}."))
+        };
         let (kind, title, status, detail) = match self {
             ApiError::Invalid { field, detail } => {
                 return Problem::invalid(field, detail.clone());
             }
-            ApiError::Unauthorized => (
-                "unauthorized",
-                "Unauthorized",
-                401,
-                "a valid bearer token is required: Authorization: Bearer <token>",
-            ),
-            ApiError::NotFound(d) => ("not-found", "Not found", 404, d.as_str()),
+            ApiError::Unauthorized => {
+                return Problem::new(
+                    "unauthorized",
+                    "Unauthorized",
+                    401,
+                    "a valid bearer token is required: send Authorization: Bearer <token>",
+                )
+                .with_field("Authorization");
+            }
+            ApiError::NotFound { field, detail } => {
+                return Problem::new("not-found", "Not found", 404, detail.clone())
+                    .with_field(*field);
+            }
             ApiError::MethodNotAllowed(d) => {
-                ("method-not-allowed", "Method not allowed", 405, d.as_str())
+                return Problem::new("method-not-allowed", "Method not allowed", 405, d.clone())
+                    .with_field("method");
             }
             ApiError::Timeout(d) => {
                 return Problem::new("request-timeout", "Request timeout", 408, d.clone())
@@ -100,29 +142,48 @@ impl ApiError {
                 )
                 .with_field("body");
             }
-            ApiError::CoordinatorUnavailable(d) => (
-                "coordinator-unavailable",
-                "Coordinator unavailable",
-                503,
-                d.as_str(),
-            ),
-            ApiError::KafkaDenied(d) => ("kafka-denied", "Kafka denied access", 503, d.as_str()),
-            ApiError::KafkaRefused(d) => (
-                "kafka-refused",
-                "Kafka refused the request",
-                503,
-                d.as_str(),
-            ),
-            ApiError::TopicUnavailable(d) => (
-                "topic-unavailable",
-                "Coordination topic unavailable",
-                503,
-                d.as_str(),
-            ),
-            ApiError::ViewsNotReady(d) => {
-                ("views-not-ready", "Roster views not ready", 503, d.as_str())
+            ApiError::CoordinatorUnavailable(_) => {
+                return unavailable(
+                    "coordinator-unavailable",
+                    "Coordinator unavailable",
+                    "The transaction coordinator could not be asked in time, so nothing was decided: treat it as not authoritative.",
+                );
             }
-            ApiError::Overdue(d) => ("overdue", "Answer overdue", 503, d.as_str()),
+            ApiError::KafkaDenied(_) => {
+                return unavailable(
+                    "kafka-denied",
+                    "Kafka denied access",
+                    "Kafka refuses the service's credentials or permissions, so nothing was decided: treat it as not authoritative; an operator must act.",
+                );
+            }
+            ApiError::KafkaRefused(_) => {
+                return unavailable(
+                    "kafka-refused",
+                    "Kafka refused the request",
+                    "Kafka cannot do what the service asked as it asked it (a setting, or the coordination topic's configuration), so nothing was decided; an operator must act.",
+                );
+            }
+            ApiError::TopicUnavailable(_) => {
+                return unavailable(
+                    "topic-unavailable",
+                    "Coordination topic unavailable",
+                    "The coordination topic cannot be read yet, so no roster view can be shown.",
+                );
+            }
+            ApiError::ViewsNotReady(_) => {
+                return unavailable(
+                    "views-not-ready",
+                    "Roster views not ready",
+                    "The roster views have not caught up with the coordination topic yet.",
+                );
+            }
+            ApiError::Overdue(_) => {
+                return unavailable(
+                    "overdue",
+                    "Answer overdue",
+                    "The answer took longer than the request timeout, so nothing was decided.",
+                );
+            }
             ApiError::Internal => (
                 "internal",
                 "Internal error",
@@ -131,6 +192,35 @@ impl ApiError {
             ),
         };
         Problem::new(kind, title, status, detail)
+    }
+
+    /// The cause a 5xx keeps from the caller, for the logs.
+    fn cause(&self) -> Option<&str> {
+        match self {
+            ApiError::CoordinatorUnavailable(why)
+            | ApiError::KafkaDenied(why)
+            | ApiError::KafkaRefused(why)
+            | ApiError::TopicUnavailable(why)
+            | ApiError::ViewsNotReady(why)
+            | ApiError::Overdue(why) => Some(why),
+            _ => None,
+        }
+    }
+
+    /// The problem body as answered: a 5xx's cause is logged at warn, in
+    /// the request's span (its log line carries the request id the body
+    /// gives).
+    pub(crate) fn answered(&self) -> Problem {
+        let problem = self.problem();
+        if let Some(cause) = self.cause() {
+            tracing::warn!(
+                problem = problem.short_kind().unwrap_or(""),
+                cause,
+                "answered {}",
+                problem.status
+            );
+        }
+        problem
     }
 
     /// The HTTP status.
@@ -191,7 +281,7 @@ impl From<NotReady> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status(), Json(self.problem())).into_response();
+        let mut response = super::json(self.status(), &self.answered());
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -217,7 +307,10 @@ pub(crate) mod tests {
         vec![
             ApiError::invalid("token", "no colon"),
             ApiError::Unauthorized,
-            ApiError::NotFound(d()),
+            ApiError::NotFound {
+                field: "path",
+                detail: d(),
+            },
             ApiError::MethodNotAllowed(d()),
             ApiError::Timeout(d()),
             ApiError::TooLarge(d()),
@@ -245,30 +338,42 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_seams_errors_keep_their_cause() {
-        let of = |e: ClusterError| ApiError::from(e).problem();
-        let unavailable = of(ClusterError::Unavailable("timed out".into()));
+    fn the_seams_errors_keep_their_cause_for_the_logs_only() {
+        let of = |e: ClusterError| ApiError::from(e);
+        let unavailable = of(ClusterError::Unavailable(
+            "cannot connect to 127.0.0.1:56099: Connection refused".into(),
+        ));
+        let problem = unavailable.problem();
         assert_eq!(
-            (unavailable.status, unavailable.title.as_str()),
+            (problem.status, problem.title.as_str()),
             (503, "Coordinator unavailable")
         );
-        assert_eq!(unavailable.detail, "timed out");
+        assert_eq!(
+            unavailable.cause(),
+            Some("cannot connect to 127.0.0.1:56099: Connection refused")
+        );
+        assert!(!problem.detail.contains("127.0.0.1"), "{}", problem.detail);
+        assert!(problem.detail.contains("Ask again"), "{}", problem.detail);
         assert_eq!(
             of(ClusterError::Denied(
                 "TRANSACTIONAL_ID_AUTHORIZATION_FAILED".into()
             ))
+            .problem()
             .short_kind(),
             Some("kafka-denied")
         );
         assert_eq!(
-            of(ClusterError::NoTopic("no such topic".into())).short_kind(),
+            of(ClusterError::NoTopic("no such topic".into()))
+                .problem()
+                .short_kind(),
             Some("topic-unavailable")
         );
         // A bug of the check path is a 500 of its own, not Kafka's refusal,
         // and its reason stays in the logs.
         let internal = of(ClusterError::Internal(
             "the describe batch was dropped".into(),
-        ));
+        ))
+        .problem();
         assert_eq!(
             (internal.status, internal.short_kind()),
             (500, Some("internal"))
@@ -276,16 +381,36 @@ pub(crate) mod tests {
         assert!(!internal.detail.contains("dropped"), "{}", internal.detail);
         let behind = ApiError::from(NotReady::CatchingUp {
             partition: 3,
-            why: None,
-        })
-        .problem();
+            why: Some("cannot connect to 10.0.0.7:9093".into()),
+        });
         assert_eq!(
-            (behind.status, behind.short_kind()),
+            (behind.problem().status, behind.problem().short_kind()),
             (503, Some("views-not-ready"))
         );
-        assert_eq!(
-            behind.detail,
-            "the roster views are not ready: partition 3 is still being read: catching up"
+        assert!(behind.cause().is_some_and(|c| c.contains("10.0.0.7:9093")));
+        assert!(!behind.problem().detail.contains("10.0.0.7"));
+    }
+
+    #[tokio::test]
+    async fn a_5xx_problem_carries_the_request_id_and_when_to_ask_again() {
+        let answering = Answering {
+            id: Some("0badcafe-2a".into()),
+            retry_after_secs: 3,
+        };
+        let problem = request_id::scoped(answering, async {
+            ApiError::Overdue("took 6.1 s".into()).problem()
+        })
+        .await;
+        assert_eq!(problem.request_id.as_deref(), Some("0badcafe-2a"));
+        assert!(
+            problem.detail.contains("Ask again in 3 s"),
+            "{}",
+            problem.detail
+        );
+        assert!(
+            problem.detail.contains("request 0badcafe-2a"),
+            "{}",
+            problem.detail
         );
     }
 

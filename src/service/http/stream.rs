@@ -284,11 +284,18 @@ pub(crate) async fn role_events(
             None => {
                 return Err(ApiError::invalid(
                     "Last-Event-ID",
-                    format!("{text:?} is not an event id (<offset>@<cluster id>)"),
+                    format!(
+                        "{text:?} is not an event id: send the id of the last event received (<offset>@<cluster id>), or no Last-Event-ID for a snapshot first"
+                    ),
                 ));
             }
         },
-        Some(Err(_)) => return Err(ApiError::invalid("Last-Event-ID", "not visible ASCII")),
+        Some(Err(_)) => {
+            return Err(ApiError::invalid(
+                "Last-Event-ID",
+                "the header is not visible ASCII: send the id of the last event received (an offset, -1 or more)",
+            ));
+        }
     };
     // The role's partition must be caught up: a snapshot must be whole.
     state.watcher.role(&role).map_err(not_ready)?;

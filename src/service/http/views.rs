@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::extract::Role;
+use super::json;
 use super::problem::ApiError;
 use crate::service::state::AppState;
 use crate::service::watch::roster::{RoleSummary, roster, summary};
@@ -36,14 +36,18 @@ pub(crate) async fn get_role(
 ) -> Result<Response, ApiError> {
     let Some(view) = state.watcher.role(&role).map_err(not_ready)? else {
         // "No record" is as old as the partition's view.
-        let mut response = ApiError::NotFound(no_record(&state, &role)).into_response();
+        let mut response = ApiError::NotFound {
+            field: "role",
+            detail: no_record(&state, &role),
+        }
+        .into_response();
         if let Some((offset, age)) = state.watcher.partition_view(&role) {
             view_headers(response.headers_mut(), offset, age.as_millis() as u64);
         }
         return Ok(response);
     };
     let body = roster(&view, state.clock.now_ms(), state.stagger_ms());
-    let mut response = Json(&body).into_response();
+    let mut response = json(StatusCode::OK, &body);
     view_headers(response.headers_mut(), body.view.offset, body.view.age_ms);
     Ok(response)
 }
@@ -62,7 +66,7 @@ pub(crate) async fn list_roles(State(state): State<Arc<AppState>>) -> Result<Res
         .max()
         .unwrap_or_default();
     let roles = views.iter().map(|v| summary(v, now)).collect();
-    let mut response = Json(RolesList { roles }).into_response();
+    let mut response = json(StatusCode::OK, &RolesList { roles });
     response.headers_mut().insert(
         "x-krabka-view-age-ms",
         HeaderValue::from(oldest.as_millis() as u64),
@@ -70,9 +74,9 @@ pub(crate) async fn list_roles(State(state): State<Arc<AppState>>) -> Result<Res
     Ok(response)
 }
 
-/// The watcher's views cannot answer yet: logged, and the caller told why.
+/// The watcher's views cannot answer yet (the cause logged with the
+/// request's id as it is answered).
 pub(super) fn not_ready(e: NotReady) -> ApiError {
-    tracing::warn!(reason = %e, "roster view unavailable");
     e.into()
 }
 
@@ -85,6 +89,8 @@ pub(super) fn no_record(state: &AppState, role: &str) -> String {
             state.config.kafka.topic
         )
     } else {
-        format!("the coordination topic holds no record of role {role:?}")
+        format!(
+            "the coordination topic holds no record of role {role:?}: check its spelling; GET /roles lists every role"
+        )
     }
 }

@@ -42,6 +42,7 @@ pub use tracker::{
 
 use super::check::Checker;
 use super::metrics::Metrics;
+use super::state::Unready;
 use crate::backoff::{Backoff, Jitter};
 use crate::cluster::{Cluster, ClusterError, Tailed};
 use crate::coordination::{RoleState, SkippedBatch, role_partition};
@@ -89,6 +90,21 @@ pub enum NotReady {
         /// The partition.
         partition: i32,
     },
+}
+
+impl NotReady {
+    /// What anyone may be told: the same without the cause of a failed
+    /// read, which names brokers and Kafka's or libraries' errors.
+    pub fn said(&self) -> String {
+        match self {
+            NotReady::Topic { topic, why: None } => format!("looking for the topic {topic}"),
+            NotReady::Topic { topic, .. } => format!("the topic {topic} is not readable yet"),
+            NotReady::CatchingUp { partition, .. } => {
+                format!("partition {partition} is still being read")
+            }
+            said @ (NotReady::Unconfirmed { .. } | NotReady::ClusterChanged) => said.to_string(),
+        }
+    }
 }
 
 /// How the watcher runs.
@@ -697,21 +713,29 @@ impl Watcher {
     /// and its view is no older than [`WatchConfig::stale_after`];
     /// otherwise why not, naming every partition that is not (the first
     /// few of them).
-    pub fn not_ready(&self) -> Option<String> {
+    pub fn not_ready(&self) -> Option<Unready> {
         const NAMED: usize = 4;
         let parts = match self.reading() {
             Ok(Some(reading)) => reading.parts,
-            Ok(None) => return self.without_topic().err().map(|e| e.to_string()),
-            Err(switched) => return Some(switched.to_string()),
+            Ok(None) => {
+                return self
+                    .without_topic()
+                    .err()
+                    .map(|e| Unready::new(e.said(), e.to_string()));
+            }
+            Err(switched) => return Some(Unready::new(switched.said(), switched.to_string())),
         };
         let now = self.clock.monotonic_ms();
         let mut reasons = Vec::new();
         for (p, slot) in parts.iter().enumerate() {
             let part = lock(slot);
             let why = if let Some(e) = &part.error {
-                Some(format!("partition {p}: {e}"))
+                Some(Unready::new(
+                    format!("partition {p}: its last read failed"),
+                    format!("partition {p}: {e}"),
+                ))
             } else if let Some(why) = unviewable(&part, p as i32) {
-                Some(why.to_string())
+                Some(Unready::new(why.said(), why.to_string()))
             } else {
                 let age = part.age(now).unwrap_or_default();
                 (age > self.config.stale_after).then(|| {
@@ -723,7 +747,10 @@ impl Watcher {
                     } else {
                         "nothing was read from its leader since"
                     };
-                    format!("partition {p}: the view is {} ms old: {why}", age.as_millis())
+                    Unready::plain(format!(
+                        "partition {p}: the view is {} ms old: {why}",
+                        age.as_millis()
+                    ))
                 })
             };
             reasons.extend(why);
@@ -731,9 +758,13 @@ impl Watcher {
         if reasons.len() > NAMED {
             let more = reasons.len() - NAMED;
             reasons.truncate(NAMED);
-            reasons.push(format!("and {more} more partitions"));
+            reasons.push(Unready::plain(format!("and {more} more partitions")));
         }
-        (!reasons.is_empty()).then(|| reasons.join("; "))
+        (!reasons.is_empty()).then(|| {
+            let (said, why): (Vec<String>, Vec<String>) =
+                reasons.into_iter().map(|r| (r.said, r.why)).unzip();
+            Unready::new(said.join("; "), why.join("; "))
+        })
     }
 
     /// Each partition's view age at the service clock's now (`None` before

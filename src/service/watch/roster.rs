@@ -52,7 +52,9 @@ pub struct LeaseView<'a> {
 pub struct ChallengerView<'a> {
     /// The member id.
     pub member: &'a str,
-    /// Its rank among the challengers (the holder excluded).
+    /// Its rank: its place in join order, as in the members (0 first; the
+    /// holder's place counts). The challengers are listed in the order they
+    /// may challenge.
     pub rank: usize,
     /// When it may challenge, by the succession rules and the configured stagger.
     pub challenge_at: Rfc3339Ms,
@@ -103,7 +105,7 @@ pub struct RosterView<'a> {
     pub lease: Option<LeaseView<'a>>,
     /// The members that would challenge next, in order.
     pub challengers: Vec<ChallengerView<'a>>,
-    /// The role's status; absent outside the service.
+    /// The role's status (the CLI's `roster` too: never flapping there).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<RoleStatus>,
     /// Failovers within the status window.
@@ -165,18 +167,25 @@ pub fn roster(view: &RoleView, now_ms: i64, stagger_ms: i64) -> RosterView<'_> {
         expired: now_ms >= l.deadline,
         remaining_ms: l.deadline.saturating_sub(now_ms),
     });
-    let mut challengers: Vec<ChallengerView<'_>> = state
+    // In challenge order (the succession rule's rank, the holder excluded),
+    // each with its rank in join order.
+    let mut challengers: Vec<(usize, ChallengerView<'_>)> = state
         .members()
         .iter()
-        .filter_map(|m| {
-            Some(ChallengerView {
-                member: &m.member,
-                rank: challenge_rank(state, &m.member)?,
-                challenge_at: Rfc3339Ms(challenge_at(state, &m.member, stagger_ms)?),
-            })
+        .enumerate()
+        .filter_map(|(rank, m)| {
+            Some((
+                challenge_rank(state, &m.member)?,
+                ChallengerView {
+                    member: &m.member,
+                    rank,
+                    challenge_at: Rfc3339Ms(challenge_at(state, &m.member, stagger_ms)?),
+                },
+            ))
         })
         .collect();
-    challengers.sort_by_key(|c| c.rank);
+    challengers.sort_by_key(|(order, _)| *order);
+    let challengers = challengers.into_iter().map(|(_, c)| c).collect();
     RosterView {
         role: state.role(),
         partition: view.partition,

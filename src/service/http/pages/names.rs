@@ -1,24 +1,50 @@
 //! How role and member names are written into the pages.
 //!
 //! A name is whatever a member registered: any string of up to 32,767
-//! bytes. Some characters make one name look like another: bidirectional
-//! controls reorder what follows them (`\u{202E}sredro` shows as
-//! `orders`), zero-width and other invisible characters show as nothing,
-//! combining marks make `cafe` + U+0301 look like `café` (in the
-//! alphabets with precomposed letters; the marks of Indic, Arabic or
-//! Hebrew words are shown as they are), unusual spaces
-//! and a trailing space look like a plain one or none, and a letter of
-//! another script makes `оrders` (a Cyrillic о) look like `orders`.
-//! The pages show each such character as its code point in a marked box,
-//! the way code review tools flag hidden Unicode, with a ⚠ before the name,
-//! and set every name apart (`<bdi>`) so it cannot reorder the text around
-//! it. Different names never look the same; the JSON, and the `data-`
+//! bytes. Some names look like others. Bidirectional controls reorder what
+//! follows them (`\u{202E}sredro` shows as `orders`), zero-width and other
+//! invisible characters show as nothing, combining marks make `cafe` +
+//! U+0301 look like `café`, unusual spaces and a trailing space look like a
+//! plain one or none; and by Unicode's own rules:
+//! - a name not in Unicode's normal form C (UAX #15, `unicode-normalization`)
+//!   looks like the one that is: `カ` + U+3099 and `ガ`, Hangul jamo and a
+//!   syllable, `क़` (U+0958) and `क` + U+093C;
+//! - a name that mixes scripts beyond the combinations written together
+//!   (UTS #39's mixed-script detection, "highly restrictive", with
+//!   `unicode-security`'s augmented script sets): `оrders` with a Cyrillic о;
+//! - a name whose UTS #39 confusable skeleton is another shown name's looks
+//!   like it even in one script: Cyrillic `сосо` and Latin `coco`,
+//!   mathematical `𝗈𝗋𝖽𝖾𝗋𝗌` and `orders`, `proﬁt` with its ligature and
+//!   `profit` ([`Names`] knows every name the service shows);
+//! - a character outside ASCII that UTS #39's General Security Profile
+//!   restricts in identifiers (historic and limited-use scripts such as
+//!   Cherokee, compatibility forms such as `［` and Arabic presentation
+//!   forms, symbols and emoji) is rarely in a reader's fonts, and two
+//!   missing glyphs are drawn as the same empty box.
+//!
+//! A reader without a font for a script in common use (Malayalam, say)
+//! still sees its letters as boxes; the pages cannot know a reader's fonts.
+//!
+//! The pages show each character at fault as its code point in a marked
+//! box, the way code review tools flag hidden Unicode, with a ⚠ before the
+//! name, and set every name apart (`<bdi>`) so it cannot reorder the text
+//! around it. In a name that looks like another shown name, every character
+//! but the ASCII letters that are their own skeleton is a code point, so
+//! the two are written differently whatever fonts the reader has. The
+//! characters of the marking itself (⚠, ⟨, ⟩) are always code points in a
+//! name, so a name cannot be written to read as another's marked form.
+//! Different names never look the same; the JSON, and the `data-`
 //! attributes the pages carry, stay exact.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use unicode_normalization::char::canonical_combining_class;
+use unicode_normalization::{IsNormalized, is_nfc, is_nfc_quick};
 use unicode_properties::{GeneralCategory, GeneralCategoryGroup, UnicodeGeneralCategory};
 use unicode_script::{Script, UnicodeScript};
+use unicode_security::mixed_script::AugmentedScriptSet;
+use unicode_security::{GeneralSecurityProfile, skeleton};
 
 /// Escapes text for HTML element content and attribute values, exactly.
 pub(crate) fn escape(text: &str) -> String {
@@ -49,6 +75,18 @@ enum Why {
     Space,
     /// A letter of another script than the rest of the name.
     OtherScript,
+    /// Part of a name that is not in normal form C.
+    NotNormal,
+    /// The name looks like another shown name, and this character is not
+    /// an ASCII letter that is its own skeleton.
+    LooksAlike,
+    /// One of the characters the pages mark names with.
+    Marker,
+    /// A character outside ASCII that UTS #39's General Security Profile
+    /// restricts (historic and limited-use scripts, compatibility forms,
+    /// symbols): rarely in a font, and then drawn as the same empty box as
+    /// any other missing glyph.
+    Restricted,
 }
 
 impl Why {
@@ -59,6 +97,16 @@ impl Why {
             Why::Combining => "a combining mark: it joins the character before it",
             Why::Space => "a space that looks like another or like none",
             Why::OtherScript => "a letter of another script than the rest of the name",
+            Why::NotNormal => {
+                "the name is not in Unicode's normal form C: this character is written otherwise there"
+            }
+            Why::LooksAlike => {
+                "the name looks like another name shown here (Unicode's confusable skeleton)"
+            }
+            Why::Marker => "a character the pages mark names with",
+            Why::Restricted => {
+                "a character Unicode restricts in identifiers (a historic or limited-use script, a compatibility form, a symbol)"
+            }
         }
     }
 }
@@ -76,8 +124,14 @@ fn is_blank_letter(c: char) -> bool {
     )
 }
 
+/// The characters of the marking: the warning sign and the brackets of a
+/// code point in plain text.
+fn is_marker(c: char) -> bool {
+    matches!(c, '⚠' | '⟨' | '⟩')
+}
+
 /// Why `c` (the `i`-th of `n` characters, `prev` before it) would be
-/// misread, if it would.
+/// misread whatever other names are shown, if it would.
 fn why(c: char, i: usize, n: usize, prev: Option<char>) -> Option<Why> {
     if is_bidi(c) {
         return Some(Why::Bidi);
@@ -88,6 +142,9 @@ fn why(c: char, i: usize, n: usize, prev: Option<char>) -> Option<Why> {
     }
     if is_blank_letter(c) {
         return Some(Why::Invisible);
+    }
+    if is_marker(c) {
+        return Some(Why::Marker);
     }
     match c.general_category_group() {
         // Marks are how Indic, Arabic, Hebrew or Thai words are written; in
@@ -116,38 +173,40 @@ fn why(c: char, i: usize, n: usize, prev: Option<char>) -> Option<Why> {
     }
 }
 
-/// Scripts that are written together (UTS #39, "highly restrictive"):
-/// a name within one of these sets, or within one script, is not mixed.
-const TOGETHER: [&[Script]; 3] = [
-    &[
-        Script::Latin,
-        Script::Han,
-        Script::Hiragana,
-        Script::Katakana,
-    ],
-    &[Script::Latin, Script::Han, Script::Bopomofo],
-    &[Script::Latin, Script::Han, Script::Hangul],
-];
+/// In a name that is not in NFC: whether `c` is where it differs (not
+/// "yes" to NFC's quick check: it composes, or decomposes; or a mark whose
+/// order normalization may change).
+fn not_normal(c: char) -> bool {
+    is_nfc_quick(std::iter::once(c)) != IsNormalized::Yes || canonical_combining_class(c) != 0
+}
 
-/// For a name mixing scripts that are not written together, the script
-/// its letters are mostly of (Latin on a tie); `None` when not mixed.
+/// For a name that mixes scripts beyond UTS #39's "highly restrictive"
+/// (one script, or Latin with Han and Hiragana and Katakana, with Han and
+/// Bopomofo, or with Han and Hangul), the script most of its letters are
+/// of (Latin on a tie); `None` when it does not mix them.
 fn main_script(name: &str) -> Option<Script> {
+    let mut all = AugmentedScriptSet::default();
+    let mut without_latin = AugmentedScriptSet::default();
     let mut counts: Vec<(Script, usize)> = Vec::new();
     for c in name.chars() {
-        let script = c.script();
-        if matches!(script, Script::Common | Script::Inherited | Script::Unknown) {
+        let set = AugmentedScriptSet::for_char(c);
+        all.intersect_with(set);
+        if !set.base.contains_script(Script::Latin) {
+            without_latin.intersect_with(set);
+        }
+        if set.is_all() {
             continue;
         }
-        match counts.iter_mut().find(|(s, _)| *s == script) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((script, 1)),
+        for script in set.base.iter() {
+            match counts.iter_mut().find(|(s, _)| *s == script) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((script, 1)),
+            }
         }
     }
-    let together = counts.len() <= 1
-        || TOGETHER
-            .iter()
-            .any(|set| counts.iter().all(|(s, _)| set.contains(s)));
-    if together {
+    let highly_restrictive =
+        !all.is_empty() || without_latin.jpan || without_latin.hanb || without_latin.kore;
+    if highly_restrictive {
         return None;
     }
     counts
@@ -156,26 +215,49 @@ fn main_script(name: &str) -> Option<Script> {
         .map(|(s, _)| *s)
 }
 
+/// True for a character shown as itself in a name that looks like another:
+/// an ASCII character that is its own skeleton.
+fn plain_prototype(c: char) -> bool {
+    c.is_ascii() && {
+        let mut buf = [0; 4];
+        skeleton(c.encode_utf8(&mut buf)).eq(std::iter::once(c))
+    }
+}
+
 /// A name cut into what is shown as it is and what is shown as a code
-/// point.
+/// point, and whether it is marked (a ⚠) at all.
+struct Pieces<'a> {
+    pieces: Vec<Piece<'a>>,
+    marked: bool,
+}
+
 enum Piece<'a> {
     Text(&'a str),
     Marked(char, Why),
 }
 
-fn pieces(name: &str) -> Vec<Piece<'_>> {
+fn pieces(name: &str, looks_alike: bool) -> Pieces<'_> {
     let main = main_script(name);
+    let normal = is_nfc(name);
     let n = name.chars().count();
     let mut out = Vec::new();
     let mut start = 0;
     let mut prev = None;
     for (i, (at, c)) in name.char_indices().enumerate() {
-        let reason = why(c, i, n, prev).or_else(|| {
-            main.filter(|m| {
-                !matches!(c.script(), Script::Common | Script::Inherited) && c.script() != *m
+        let reason = why(c, i, n, prev)
+            .or_else(|| (!normal && not_normal(c)).then_some(Why::NotNormal))
+            .or_else(|| {
+                (!c.is_ascii() && !GeneralSecurityProfile::identifier_allowed(c))
+                    .then_some(Why::Restricted)
             })
-            .map(|_| Why::OtherScript)
-        });
+            .or_else(|| {
+                main.filter(|m| {
+                    let set = AugmentedScriptSet::for_char(c);
+                    !set.is_all() && !set.base.contains_script(*m)
+                })
+                .map(|_| Why::OtherScript)
+            })
+            .or_else(|| (looks_alike && !plain_prototype(c)).then_some(Why::LooksAlike));
         if let Some(reason) = reason {
             if start < at {
                 out.push(Piece::Text(&name[start..at]));
@@ -188,64 +270,111 @@ fn pieces(name: &str) -> Vec<Piece<'_>> {
     if start < name.len() {
         out.push(Piece::Text(&name[start..]));
     }
-    out
+    let marked = looks_alike || out.iter().any(|p| matches!(p, Piece::Marked(..)));
+    Pieces {
+        pieces: out,
+        marked,
+    }
 }
 
-/// What the ⚠ before a name with marked characters says.
-const WARNING: &str = "This name holds characters that are invisible, reorder text, join the character before them or belong to another script; they are shown as code points.";
+/// What the ⚠ before a marked name says.
+const WARNING: &str = "This name looks like another name shown here, or holds characters that are invisible, reorder text, join the character before them, are not in Unicode's normal form, belong to another script or are restricted by Unicode; they are shown as code points.";
 
-/// `name` as HTML page text: escaped, set apart from the text around it,
-/// every character that would be misread shown as a marked code point.
-pub(crate) fn shown(name: &str) -> String {
-    let pieces = pieces(name);
-    let mut out = String::with_capacity(name.len() + 16);
-    out.push_str("<bdi>");
-    if pieces.iter().any(|p| matches!(p, Piece::Marked(..))) {
-        let _ = write!(
-            out,
-            "<span class=\"hidden-warning\" title=\"{WARNING}\">⚠</span>"
-        );
+/// The names the pages show, and which of them look like another: those
+/// whose UTS #39 confusable skeleton is shared by a different shown name.
+#[derive(Debug, Default)]
+pub(crate) struct Names {
+    /// Each name's skeleton.
+    skeletons: HashMap<String, String>,
+    /// How many different names have each skeleton.
+    sharing: HashMap<String, usize>,
+}
+
+impl Names {
+    /// The book of `names`; skeletons already in `known` are not computed
+    /// again (a page is drawn every two seconds from mostly the same names).
+    pub(crate) fn of<'a>(names: impl IntoIterator<Item = &'a str>, known: &Names) -> Names {
+        let mut book = Names::default();
+        for name in names {
+            if book.skeletons.contains_key(name) {
+                continue;
+            }
+            let skeleton = known
+                .skeletons
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| skeleton(name).collect());
+            *book.sharing.entry(skeleton.clone()).or_default() += 1;
+            book.skeletons.insert(name.to_owned(), skeleton);
+        }
+        book
     }
-    for piece in pieces {
-        match piece {
-            Piece::Text(text) => out.push_str(&escape(text)),
-            Piece::Marked(c, why) => {
-                let _ = write!(
-                    out,
-                    "<span class=\"hidden-char\" title=\"{}\">U+{:04X}</span>",
-                    why.says(),
-                    u32::from(c)
-                );
+
+    /// True when another name in the book has `name`'s skeleton.
+    pub(crate) fn looks_like_another(&self, name: &str) -> bool {
+        let (skeleton, own) = match self.skeletons.get(name) {
+            Some(s) => (s.clone(), 1),
+            None => (skeleton(name).collect::<String>(), 0),
+        };
+        self.sharing.get(&skeleton).copied().unwrap_or(0) > own
+    }
+
+    /// `name` as HTML page text: escaped, set apart from the text around
+    /// it, every character that would be misread shown as a marked code
+    /// point.
+    pub(crate) fn shown(&self, name: &str) -> String {
+        let Pieces { pieces, marked } = pieces(name, self.looks_like_another(name));
+        let mut out = String::with_capacity(name.len() + 16);
+        out.push_str("<bdi>");
+        if marked {
+            let _ = write!(
+                out,
+                "<span class=\"hidden-warning\" title=\"{WARNING}\">⚠</span>"
+            );
+        }
+        for piece in pieces {
+            match piece {
+                Piece::Text(text) => out.push_str(&escape(text)),
+                Piece::Marked(c, why) => {
+                    let _ = write!(
+                        out,
+                        "<span class=\"hidden-char\" title=\"{}\">U+{:04X}</span>",
+                        why.says(),
+                        u32::from(c)
+                    );
+                }
             }
         }
+        out.push_str("</bdi>");
+        out
     }
-    out.push_str("</bdi>");
-    out
-}
 
-/// `name` as plain text, before escaping: each character that would be
-/// misread written as `⟨U+XXXX⟩`, after a ⚠ (a plain name is itself).
-pub(crate) fn visible(name: &str) -> String {
-    let pieces = pieces(name);
-    let mut out = String::with_capacity(name.len() + 8);
-    if pieces.iter().any(|p| matches!(p, Piece::Marked(..))) {
-        out.push_str("⚠ ");
-    }
-    for piece in pieces {
-        match piece {
-            Piece::Text(text) => out.push_str(text),
-            Piece::Marked(c, _) => {
-                let _ = write!(out, "⟨U+{:04X}⟩", u32::from(c));
+    /// `name` as plain text, before escaping: each character that would be
+    /// misread written as `⟨U+XXXX⟩`, after a ⚠ (a plain name is itself).
+    /// No name's plain text is another's: the marking's own characters
+    /// are always written as code points.
+    pub(crate) fn visible(&self, name: &str) -> String {
+        let Pieces { pieces, marked } = pieces(name, self.looks_like_another(name));
+        let mut out = String::with_capacity(name.len() + 8);
+        if marked {
+            out.push_str("⚠ ");
+        }
+        for piece in pieces {
+            match piece {
+                Piece::Text(text) => out.push_str(text),
+                Piece::Marked(c, _) => {
+                    let _ = write!(out, "⟨U+{:04X}⟩", u32::from(c));
+                }
             }
         }
+        out
     }
-    out
-}
 
-/// `name` where only text may go (a document's or an SVG element's
-/// title): [`visible`], escaped.
-pub(crate) fn shown_plain(name: &str) -> String {
-    escape(&visible(name))
+    /// `name` where only text may go (a document's or an SVG element's
+    /// title): [`Names::visible`], escaped.
+    pub(crate) fn shown_plain(&self, name: &str) -> String {
+        escape(&self.visible(name))
+    }
 }
 
 /// The style of marked characters (part of the pages' style sheet).
@@ -310,11 +439,50 @@ pub(crate) mod tests {
         "cafe\u{0301}",
     ];
 
+    /// Names that look alike by Unicode's own rules (issue 45): whole-script
+    /// confusables, mathematical letters, compatibility forms and
+    /// ligatures, canonical equivalents outside Latin, Greek and Cyrillic,
+    /// a literal name written as another's marked plain text, dot names.
+    pub(crate) const UNICODE_LOOKALIKES: [&str; 20] = [
+        "coco",
+        "\u{0441}\u{043E}\u{0441}\u{043E}",
+        "\u{1D5C8}\u{1D5CB}\u{1D5BD}\u{1D5BE}\u{1D5CB}\u{1D5CC}",
+        "profit",
+        "pro\u{FB01}t",
+        "\u{FF50}rofit",
+        "\u{30AB}\u{3099}",
+        "\u{30AC}",
+        "\u{1100}\u{1161}",
+        "\u{AC00}",
+        "\u{0915}\u{093C}",
+        "\u{0958}",
+        "\u{2126}",
+        "\u{03A9}",
+        "\u{212B}",
+        "\u{00C5}",
+        "⚠ ord⟨U+200B⟩ers",
+        "paypal",
+        "p\u{0430}yp\u{0430}l",
+        "..",
+    ];
+
+    /// The book of every name both lists show.
+    fn book() -> Names {
+        Names::of(
+            LOOKALIKES.iter().chain(&UNICODE_LOOKALIKES).copied(),
+            &Names::default(),
+        )
+    }
+
     #[test]
     fn a_plain_name_is_only_escaped_and_set_apart() {
-        assert_eq!(shown("orders"), "<bdi>orders</bdi>");
-        assert_eq!(shown("a b<c>"), "<bdi>a b&lt;c&gt;</bdi>");
-        assert_eq!(shown_plain("a & b"), "a &amp; b");
+        let names = Names::of(
+            ["orders", "a b<c>", "a & b", "Tokyo東京", "東京タワー"],
+            &Names::default(),
+        );
+        assert_eq!(names.shown("orders"), "<bdi>orders</bdi>");
+        assert_eq!(names.shown("a b<c>"), "<bdi>a b&lt;c&gt;</bdi>");
+        assert_eq!(names.shown_plain("a & b"), "a &amp; b");
         for legit in [
             "Москва",
             "東京タワー",
@@ -323,24 +491,28 @@ pub(crate) mod tests {
             "שלום",
             "नमस्ते",
             "مرحبًا",
+            "Tokyo東京",
+            "\u{0915}\u{093C}",
+            "ガ",
         ] {
-            assert_eq!(shown(legit), format!("<bdi>{legit}</bdi>"));
+            assert_eq!(names.shown(legit), format!("<bdi>{legit}</bdi>"));
         }
     }
 
     #[test]
     fn every_misleading_character_is_a_marked_code_point_and_never_itself() {
+        let names = book();
         for name in LOOKALIKES
             .iter()
             .skip(1)
             .filter(|n| !n.starts_with("caf\u{e9}"))
         {
-            let page = shown(name);
+            let page = names.shown(name);
             assert!(
                 page.contains("hidden-char") && page.contains('⚠'),
                 "{name:?}: {page}"
             );
-            let plain = shown_plain(name);
+            let plain = names.shown_plain(name);
             assert!(
                 plain.starts_with("⚠ ") && plain.contains("⟨U+"),
                 "{name:?}: {plain}"
@@ -352,23 +524,89 @@ pub(crate) mod tests {
                 }
             }
         }
-        assert!(shown("\u{202E}sredro").contains("U+202E"));
-        assert!(shown("\u{043E}rders").contains("U+043E"));
-        assert!(shown("cafe\u{0301}").contains("U+0301"));
-        assert!(shown("orders ").contains("U+0020"));
-        assert!(!shown("two words").contains("U+0020"));
-        assert!(shown("two  spaces").contains("U+0020"));
+        assert!(names.shown("\u{202E}sredro").contains("U+202E"));
+        assert!(names.shown("\u{043E}rders").contains("U+043E"));
+        assert!(names.shown("cafe\u{0301}").contains("U+0301"));
+        assert!(names.shown("orders ").contains("U+0020"));
+        assert!(!names.shown("two words").contains("U+0020"));
+        assert!(names.shown("two  spaces").contains("U+0020"));
+    }
+
+    #[test]
+    fn names_alike_by_unicodes_rules_are_marked() {
+        let names = book();
+        // Whole-script confusables: one script each, the same skeleton.
+        assert!(names.looks_like_another("coco"));
+        let cyrillic = names.shown("\u{0441}\u{043E}\u{0441}\u{043E}");
+        assert!(
+            cyrillic.contains("U+0441") && cyrillic.contains("U+043E"),
+            "{cyrillic}"
+        );
+        // The Latin one is marked too (another looks like it), as itself.
+        assert_eq!(names.visible("coco"), "⚠ coco");
+        // Mathematical letters, a ligature, a fullwidth letter.
+        let math = names.visible("\u{1D5C8}\u{1D5CB}\u{1D5BD}\u{1D5BE}\u{1D5CB}\u{1D5CC}");
+        assert!(math.contains("⟨U+1D5C8⟩"), "{math}");
+        assert_eq!(names.visible("pro\u{FB01}t"), "⚠ pro⟨U+FB01⟩t");
+        assert_eq!(names.visible("\u{FF50}rofit"), "⚠ ⟨U+FF50⟩rofit");
+        // Canonical equivalents: the one not in NFC is marked where it
+        // differs; the precomposed one, alike by skeleton, is boxed too.
+        assert_eq!(names.visible("\u{30AB}\u{3099}"), "⚠ ⟨U+30AB⟩⟨U+3099⟩");
+        assert!(names.visible("\u{1100}\u{1161}").contains("⟨U+1161⟩"));
+        assert!(names.visible("\u{0958}").contains("⟨U+0958⟩"));
+        assert!(names.visible("\u{2126}").contains("⟨U+2126⟩"));
+        // Alone (no lookalike shown), a name not in NFC is still marked.
+        let alone = Names::of(["\u{30AB}\u{3099}"], &Names::default());
+        assert_eq!(alone.visible("\u{30AB}\u{3099}"), "⚠ カ⟨U+3099⟩");
+        // Mixed scripts, by augmented script sets.
+        assert!(names.visible("p\u{0430}yp\u{0430}l").contains("⟨U+0430⟩"));
+        // Restricted outside ASCII: a limited-use script, a fullwidth
+        // bracket, an emoji; never ASCII punctuation.
+        let alone = Names::default();
+        assert_eq!(alone.visible("\u{13EF}"), "⚠ ⟨U+13EF⟩");
+        assert_eq!(alone.visible("a\u{FF3B}"), "⚠ a⟨U+FF3B⟩");
+        assert_eq!(alone.visible("ship-\u{1F680}"), "⚠ ship-⟨U+1F680⟩");
+        assert_eq!(alone.visible("orders/eu:1_a.b"), "orders/eu:1_a.b");
+    }
+
+    #[test]
+    fn a_literal_name_cannot_forge_anothers_marked_form() {
+        let names = book();
+        let marked = names.visible("ord\u{200B}ers");
+        assert_eq!(marked, "⚠ ord⟨U+200B⟩ers");
+        let forged = names.visible(&marked);
+        assert_ne!(forged, marked);
+        assert!(
+            forged.contains("⟨U+26A0⟩") && forged.contains("⟨U+27E8⟩"),
+            "{forged}"
+        );
     }
 
     #[test]
     fn different_names_never_give_the_same_text() {
+        let names = book();
         let mut seen = std::collections::HashMap::new();
-        for name in LOOKALIKES {
-            for text in [shown(name), shown_plain(name)] {
+        for name in LOOKALIKES.iter().chain(&UNICODE_LOOKALIKES) {
+            for text in [names.shown(name), names.shown_plain(name)] {
                 if let Some(other) = seen.insert(text.clone(), name) {
                     panic!("{other:?} and {name:?} both give {text}");
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_book_reuses_the_skeletons_it_knows_and_forgets_names_gone() {
+        let first = Names::of(
+            ["coco", "\u{0441}\u{043E}\u{0441}\u{043E}"],
+            &Names::default(),
+        );
+        let second = Names::of(["coco"], &first);
+        assert!(first.looks_like_another("coco"));
+        assert!(!second.looks_like_another("coco"), "the other name is gone");
+        assert_eq!(second.skeletons.len(), 1);
+        // A name the book does not hold is compared with all it holds.
+        assert!(second.looks_like_another("\u{0441}\u{043E}\u{0441}\u{043E}"));
+        assert!(!second.looks_like_another("coco2"));
     }
 }

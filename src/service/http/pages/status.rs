@@ -3,16 +3,17 @@
 //! order and status; each role links to its page
 //! ([`super::role`]).
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::Response;
 
-use super::names::{self, escape, shown};
-use super::{STYLE, html, path_segment};
+use super::names::{self, Names, escape};
+use super::{STYLE, html, names_of, role_page};
+use crate::service::http::extract::query_values;
 use crate::service::state::AppState;
 use crate::service::watch::{NotReady, RoleView};
 
@@ -34,11 +35,11 @@ fn countdown(view: &RoleView, now_ms: i64) -> String {
     }
 }
 
-fn row(out: &mut String, view: &RoleView, now_ms: i64) {
+fn row(out: &mut String, view: &RoleView, now_ms: i64, names: &Names) {
     let state = &view.state;
     let lease = state.lease();
     let holder = lease
-        .map(|l| shown(&l.member))
+        .map(|l| names.shown(&l.member))
         .unwrap_or_else(|| "—".into());
     let token = lease.map(|l| l.token.to_string()).unwrap_or_default();
     let status = view.status.map_or("unknown", |s| s.as_str());
@@ -46,7 +47,7 @@ fn row(out: &mut String, view: &RoleView, now_ms: i64) {
         .members()
         .iter()
         .map(|m| {
-            let name = shown(&m.member);
+            let name = names.shown(&m.member);
             if lease.is_some_and(|l| l.member == m.member) {
                 format!("<b>{name}</b>")
             } else {
@@ -56,24 +57,26 @@ fn row(out: &mut String, view: &RoleView, now_ms: i64) {
         .collect();
     let _ = write!(
         out,
-        "<tr data-role=\"{role}\"><td class=\"role\"><a href=\"/roles/{segment}/page\">{name}</a></td><td><span class=\"status {status}\">{status}</span></td>\
+        "<tr data-role=\"{role}\"><td class=\"role\"><a href=\"{link}\">{name}</a></td><td><span class=\"status {status}\">{status}</span></td>\
          <td class=\"holder\">{holder}</td><td><code>{token}</code></td><td class=\"lease\">{countdown}</td>\
          <td class=\"candidates\">{candidates}</td><td class=\"num\">{failovers}</td></tr>",
         role = escape(state.role()),
-        name = shown(state.role()),
-        segment = path_segment(state.role()),
+        name = names.shown(state.role()),
+        link = role_page(state.role()),
         countdown = countdown(view, now_ms),
         candidates = candidates.join(" → "),
         failovers = view.failovers_in_window,
     );
 }
 
-/// Renders the page for `views` at `now_ms`.
+/// Renders the page for `views` at `now_ms`, their names as `names` has
+/// them.
 pub(crate) fn render(
     topic: &str,
     views: Result<&[RoleView], &NotReady>,
     filter: Option<&str>,
     now_ms: i64,
+    names: &Names,
 ) -> String {
     let mut out = String::with_capacity(16 * 1024);
     let _ = write!(
@@ -88,7 +91,7 @@ pub(crate) fn render(
             let _ = write!(
                 out,
                 "<p class=\"muted\">Not ready: {}</p>",
-                escape(&why.to_string())
+                escape(&why.said())
             );
         }
         Ok(views) => {
@@ -114,7 +117,7 @@ pub(crate) fn render(
                  <th>Lease</th><th>Candidates in rank order</th><th class=\"num\">Failovers</th></tr></thead><tbody>",
             );
             for view in shown {
-                row(&mut out, view, now_ms);
+                row(&mut out, view, now_ms, names);
             }
             out.push_str("</tbody></table>");
         }
@@ -124,16 +127,20 @@ pub(crate) fn render(
 }
 
 /// `GET /`.
-pub(crate) async fn page(
-    State(state): State<Arc<AppState>>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Response {
+pub(crate) async fn page(State(state): State<Arc<AppState>>, parts: Parts) -> Response {
     let views = state.watcher.all();
+    // `?q=` filters by a part of the name; the last one given counts.
+    let filter = query_values(&parts, "q").pop();
+    let names = match &views {
+        Ok(views) => names_of(&state, views, []),
+        Err(_) => state.page_names(),
+    };
     let body = render(
         &state.config.kafka.topic,
         views.as_deref(),
-        query.get("q").map(String::as_str).filter(|q| !q.is_empty()),
+        filter.as_deref().filter(|q| !q.is_empty()),
         state.clock.now_ms(),
+        &names,
     );
     html(StatusCode::OK, body)
 }
@@ -180,7 +187,7 @@ mod tests {
     #[test]
     fn role_names_cannot_inject_markup() {
         let view = view_of(RoleState::new("<script>alert(1)</script>"));
-        let html = render("t", Ok(&[view]), None, 0);
+        let html = render("t", Ok(&[view]), None, 0, &Names::default());
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
     }
@@ -201,7 +208,11 @@ mod tests {
                 view_of(RoleState::from_records(name, &records))
             })
             .collect();
-        let html = render("t", Ok(&views), None, T0);
+        let names = Names::of(
+            LOOKALIKES.iter().copied().chain(["plain"]),
+            &Names::default(),
+        );
+        let html = render("t", Ok(&views), None, T0, &names);
         for name in LOOKALIKES {
             assert_shown_visibly(&html, name);
             assert!(html.contains(&format!("data-role=\"{}\"", escape(name))));

@@ -3,12 +3,12 @@
 
 use std::fmt::Write as _;
 
-use super::{Axis, WIDTH, seconds, shown};
+use super::{Axis, Names, WIDTH, seconds};
 use crate::service::watch::roster::LeaseView;
 
 /// The lease as a bar from its grant to its deadline (by the holder's
 /// clock), with now marked; past the deadline, the overdue stretch in red.
-pub(super) fn draw(out: &mut String, lease: &LeaseView<'_>, now_ms: i64) {
+pub(super) fn draw(out: &mut String, lease: &LeaseView<'_>, now_ms: i64, names: &Names) {
     let granted = lease.granted_at.0;
     let deadline = lease.deadline_ms.max(granted);
     let axis = Axis {
@@ -34,7 +34,7 @@ pub(super) fn draw(out: &mut String, lease: &LeaseView<'_>, now_ms: i64) {
          <span class=\"muted\">(the holder's clock)</span></p>\
          <svg class=\"countdown {class}\" viewBox=\"0 0 {WIDTH} 58\" role=\"img\" aria-label=\"lease {words}\">\
          <rect class=\"track\" x=\"{x0:.1}\" y=\"20\" width=\"{track:.1}\" height=\"16\" rx=\"3\" fill=\"#e8e8e8\"/>",
-        member = shown(lease.member),
+        member = names.shown(lease.member),
         token = lease.token,
         granted_at = lease.granted_at,
         deadline_at = lease.deadline,

@@ -24,9 +24,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 
-use super::names::{self, escape, shown, shown_plain};
-use super::{STYLE, html, path_segment};
-use crate::service::http::extract::Role;
+use super::names::{self, Names, escape};
+use super::{STYLE, html, names_of, path_segment};
+use crate::service::http::extract::{Role, query_values, validate_role};
+use crate::service::http::problem::ApiError;
 use crate::service::http::views::view_headers;
 use crate::service::state::AppState;
 use crate::service::watch::roster::{RosterView, roster};
@@ -55,9 +56,11 @@ pub(crate) struct PageInput<'a> {
     pub history_limit: usize,
     /// Now, by the service clock.
     pub now_ms: i64,
+    /// The names the service shows, to write this page's names with.
+    pub names: &'a Names,
 }
 
-fn head(out: &mut String, title: &str, refresh: bool) {
+fn head(out: &mut String, title: &str, refresh: bool, names: &Names) {
     let _ = write!(
         out,
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">{refresh}\
@@ -69,7 +72,7 @@ fn head(out: &mut String, title: &str, refresh: bool) {
         } else {
             ""
         },
-        title = shown_plain(title),
+        title = names.shown_plain(title),
         names = names::STYLE,
     );
 }
@@ -122,7 +125,7 @@ impl Axis {
 }
 
 /// The holder, then the challengers in the order they would challenge.
-fn candidates(out: &mut String, roster: &RosterView<'_>, now_ms: i64) {
+fn candidates(out: &mut String, roster: &RosterView<'_>, now_ms: i64, names: &Names) {
     let registered = |member: &str| {
         roster
             .members
@@ -144,18 +147,24 @@ fn candidates(out: &mut String, roster: &RosterView<'_>, now_ms: i64) {
     if let Some(lease) = &roster.lease {
         let _ = write!(
             out,
-            "<tr class=\"holder\"><td>holder</td><td class=\"name\"><b>{}</b></td><td>{}</td><td>holds the lease</td></tr>",
-            shown(lease.member),
+            "<tr class=\"holder\"><td>{} · holder</td><td class=\"name\"><b>{}</b></td><td>{}</td><td>holds the lease</td></tr>",
+            roster
+                .members
+                .iter()
+                .find(|m| m.member == lease.member)
+                .map_or_else(|| "—".to_owned(), |m| m.rank.to_string()),
+            names.shown(lease.member),
             registered(lease.member),
         );
     }
     for c in &roster.challengers {
         let _ = write!(
             out,
-            "<tr class=\"challenger\"><td>{rank}</td><td class=\"name\">{member}</td><td>{registered}</td>\
+            "<tr class=\"challenger\" data-member=\"{exact}\"><td>{rank}</td><td class=\"name\">{member}</td><td>{registered}</td>\
              <td>{at} <span class=\"muted\">({relative})</span></td></tr>",
             rank = c.rank,
-            member = shown(c.member),
+            member = names.shown(c.member),
+            exact = escape(c.member),
             registered = registered(c.member),
             at = c.challenge_at,
             relative = relative(c.challenge_at.0, now_ms),
@@ -191,37 +200,53 @@ fn coordinator(out: &mut String, roster: &RosterView<'_>) {
     );
 }
 
+/// The links to the role's JSON and events. A browser resolves the path of
+/// `.` and `..` away (`%2E` too), so for them the paths are written for a
+/// client that sends them as they are.
+fn api_links(role: &str) -> String {
+    let segment = path_segment(role);
+    if matches!(role, "." | "..") {
+        format!(
+            "JSON and events: <code>GET /roles/{segment}</code>, <code>/roles/{segment}/events</code> (with <code>curl --path-as-is</code>: a browser resolves dot segments)"
+        )
+    } else {
+        format!(
+            "<a href=\"/roles/{segment}\">JSON</a> · <a href=\"/roles/{segment}/events\">events</a>"
+        )
+    }
+}
+
 /// Renders the page of one role.
 pub(crate) fn render(input: &PageInput<'_>) -> String {
     let roster = input.roster;
     let role = roster.role;
     let now_ms = input.now_ms;
+    let names = input.names;
     let mut out = String::with_capacity(32 * 1024);
-    head(&mut out, role, true);
+    head(&mut out, role, true, names);
     let status = roster.status.map_or("unknown", |s| s.as_str());
     let _ = write!(
         out,
         "<h1>Role <code>{role}</code> <span class=\"status {status}\">{status}</span></h1>\
          <p class=\"muted\">Topic <code>{topic}</code> · partition {partition} · {failovers} in the status window · \
-         view at offset {offset}, {age} ms old · refreshes every 2 s · \
-         <a href=\"/roles/{segment}\">JSON</a> · <a href=\"/roles/{segment}/events\">events</a></p>",
-        role = shown(role),
+         view at offset {offset}, {age} ms old · refreshes every 2 s · {links}</p>",
+        role = names.shown(role),
         topic = escape(input.topic),
         partition = roster.partition,
         failovers = count(roster.failovers_in_window, "failover"),
         offset = roster.view.offset,
         age = roster.view.age_ms,
-        segment = path_segment(role),
+        links = api_links(role),
     );
 
     out.push_str("<h2>Lease</h2>");
     match &roster.lease {
-        Some(lease) => countdown::draw(&mut out, lease, now_ms),
+        Some(lease) => countdown::draw(&mut out, lease, now_ms, names),
         None => out.push_str("<p class=\"lease\">Nobody holds the lease.</p>"),
     }
 
     out.push_str("<h2>Candidates in rank order</h2>");
-    candidates(&mut out, roster, now_ms);
+    candidates(&mut out, roster, now_ms, names);
     coordinator(&mut out, roster);
 
     out.push_str("<h2>Holders over the kept history</h2>");
@@ -248,6 +273,7 @@ pub(crate) fn render(input: &PageInput<'_>) -> String {
             &all,
             input.history.first().map(|e| e.at.0),
             now_ms,
+            names,
         );
     }
     out.push_str("<p><a href=\"/\">← all roles</a></p></body></html>");
@@ -255,40 +281,80 @@ pub(crate) fn render(input: &PageInput<'_>) -> String {
 }
 
 /// The page of a role the topic holds no record of.
-pub(crate) fn render_not_found(topic: &str, role: &str) -> String {
+pub(crate) fn render_not_found(topic: &str, role: &str, names: &Names) -> String {
     let mut out = String::with_capacity(1024);
-    head(&mut out, role, false);
+    head(&mut out, role, false, names);
     let _ = write!(
         out,
         "<h1>No such role</h1><p>The coordination topic <code>{}</code> holds no record of role <code>{}</code>.</p>\
          <p><a href=\"/\">← all roles</a></p></body></html>",
         escape(topic),
-        shown(role),
+        names.shown(role),
     );
     out
 }
 
 /// The page while the views are not ready (it refreshes itself).
-pub(crate) fn render_not_ready(role: &str, why: &NotReady) -> String {
+pub(crate) fn render_not_ready(role: &str, why: &NotReady, names: &Names) -> String {
     let mut out = String::with_capacity(1024);
-    head(&mut out, role, true);
+    head(&mut out, role, true, names);
     let _ = write!(
         out,
         "<h1>Role <code>{}</code></h1><p class=\"muted\">Not ready: {}</p>\
          <p><a href=\"/\">← all roles</a></p></body></html>",
-        shown(role),
-        escape(&why.to_string()),
+        names.shown(role),
+        escape(&why.said()),
     );
     out
 }
 
 /// `GET /roles/{role}/page`.
 pub(crate) async fn page(State(state): State<Arc<AppState>>, Role(role): Role) -> Response {
+    page_of(&state, role)
+}
+
+/// `GET /page?role=...`: the same page for a role named in the query, the
+/// link of `.` and `..`, which no path can carry ([`super::role_page`]).
+pub(crate) async fn page_by_query(
+    State(state): State<Arc<AppState>>,
+    parts: axum::http::request::Parts,
+) -> Result<Response, ApiError> {
+    let role = match query_values(&parts, "role").as_slice() {
+        [one] => one.clone(),
+        [] => {
+            return Err(ApiError::invalid(
+                "role",
+                "the role query parameter is missing; add ?role=<role> (percent-encoded)",
+            ));
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                "role",
+                "the role query parameter is given more than once; give it once",
+            ));
+        }
+    };
+    validate_role(&role)?;
+    Ok(page_of(&state, role))
+}
+
+fn page_of(state: &Arc<AppState>, role: String) -> Response {
     let now_ms = state.clock.now_ms();
     match state.watcher.role(&role) {
         Ok(Some(view)) => {
             let (history, history_complete) = state.watcher.history(&role, -1);
             let roster = roster(&view, now_ms, state.stagger_ms());
+            // Every name the service shows, and this page's past holders.
+            let all = state.watcher.all();
+            let listed = all.as_deref().unwrap_or(std::slice::from_ref(&view));
+            let names = names_of(
+                state,
+                listed,
+                history
+                    .iter()
+                    .flat_map(|e| [e.member.as_deref(), e.holder.as_deref()])
+                    .flatten(),
+            );
             let body = render(&PageInput {
                 topic: &state.config.kafka.topic,
                 roster: &roster,
@@ -296,6 +362,7 @@ pub(crate) async fn page(State(state): State<Arc<AppState>>, Role(role): Role) -
                 history_complete,
                 history_limit: state.config.watch.event_history,
                 now_ms,
+                names: &names,
             });
             let mut response = html(StatusCode::OK, body);
             view_headers(
@@ -307,11 +374,14 @@ pub(crate) async fn page(State(state): State<Arc<AppState>>, Role(role): Role) -
         }
         Ok(None) => html(
             StatusCode::NOT_FOUND,
-            render_not_found(&state.config.kafka.topic, &role),
+            render_not_found(&state.config.kafka.topic, &role, &state.page_names()),
         ),
-        Err(why) => html(
-            StatusCode::SERVICE_UNAVAILABLE,
-            render_not_ready(&role, &why),
-        ),
+        Err(why) => {
+            tracing::warn!(cause = %why, "answered the role page with 503");
+            html(
+                StatusCode::SERVICE_UNAVAILABLE,
+                render_not_ready(&role, &why, &state.page_names()),
+            )
+        }
     }
 }

@@ -73,6 +73,13 @@ fn failovers() -> Vec<RoleEvent> {
 
 fn page(view: &RoleView, history: &[RoleEvent], now_ms: i64) -> String {
     let roster = roster(view, now_ms, STAGGER);
+    let state = &view.state;
+    let names = Names::of(
+        std::iter::once(state.role())
+            .chain(state.members().iter().map(|m| m.member.as_str()))
+            .chain(history.iter().filter_map(|e| e.holder.as_deref())),
+        &Names::default(),
+    );
     render(&PageInput {
         topic: "coordination",
         roster: &roster,
@@ -80,6 +87,7 @@ fn page(view: &RoleView, history: &[RoleEvent], now_ms: i64) -> String {
         history_complete: false,
         history_limit: 128,
         now_ms,
+        names: &names,
     })
 }
 
@@ -316,14 +324,16 @@ fn candidates_come_in_rank_order_with_their_challenge_instants() {
     let table = &html[html.find("<table class=\"candidates\"").unwrap()..];
     let table = &table[..table.find("</table>").unwrap()];
     let order: Vec<usize> = [
-        "<td>holder</td><td class=\"name\"><b><bdi>a</bdi></b>".to_owned(),
+        // Ranks in join order (c, a, b), as in the JSON's members; the
+        // rows in the order the members may challenge.
+        "<td>1 · holder</td><td class=\"name\"><b><bdi>a</bdi></b>".to_owned(),
         format!(
             "<td>0</td><td class=\"name\"><bdi>c</bdi></td><td>{}</td><td>{} <span class=\"muted\">(in 6.0 s)",
             Rfc3339Ms(T0),
             Rfc3339Ms(deadline)
         ),
         format!(
-            "<td>1</td><td class=\"name\"><bdi>b</bdi></td><td>{}</td><td>{} <span class=\"muted\">(in 7.0 s)",
+            "<td>2</td><td class=\"name\"><bdi>b</bdi></td><td>{}</td><td>{} <span class=\"muted\">(in 7.0 s)",
             Rfc3339Ms(T0),
             Rfc3339Ms(deadline + STAGGER)
         ),
@@ -397,7 +407,11 @@ fn hostile_role_and_member_names_stay_text() {
         topic: "<why>".into(),
         why: Some("<script>".into()),
     };
-    for page in [render_not_found("t", role), render_not_ready(role, &why)] {
+    let names = Names::default();
+    for page in [
+        render_not_found("t", role, &names),
+        render_not_ready(role, &why, &names),
+    ] {
         only_own_markup(&page);
         assert!(page.contains("&lt;/svg&gt;&lt;script&gt;"), "{page}");
         assert!(!page.contains("<script"));

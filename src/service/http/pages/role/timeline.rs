@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use super::{Axis, PAD, WIDTH};
 use crate::coordination::FencingToken;
-use crate::service::http::pages::names::{self, escape, shown, shown_plain};
+use crate::service::http::pages::names::{Names, escape};
 use crate::service::watch::{ChangeKind, RoleEvent};
 use crate::time::Rfc3339Ms;
 
@@ -184,6 +184,7 @@ pub(super) fn draw(
     all: &[Period<'_>],
     first_at: Option<i64>,
     now_ms: i64,
+    names: &Names,
 ) {
     let skipped = all.len().saturating_sub(MAX_BARS);
     let drawn = &all[skipped..];
@@ -207,7 +208,7 @@ pub(super) fn draw(
          <defs><pattern id=\"gap\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">\
          <rect width=\"6\" height=\"6\" fill=\"#f6f6f6\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#ddd\" stroke-width=\"2\"/></pattern></defs>\
          <rect class=\"lane\" x=\"{PAD}\" y=\"{LANE_TOP}\" width=\"{lane_w}\" height=\"{LANE_HEIGHT}\" fill=\"none\" stroke=\"#ccc\"/>",
-        role = shown_plain(role),
+        role = names.shown_plain(role),
         from = Rfc3339Ms(axis.start),
         to = Rfc3339Ms(axis.end),
         lane_w = WIDTH - 2.0 * PAD,
@@ -270,7 +271,7 @@ pub(super) fn draw(
              <title>{shown} held {token} {since} {from} to {to} ({ended})</title>\
              <rect x=\"{x1:.1}\" y=\"{LANE_TOP}\" width=\"{w:.1}\" height=\"{LANE_HEIGHT}\" rx=\"3\" fill=\"{fill}\" stroke=\"{stroke}\"{dash}/>",
             member = escape(p.member),
-            shown = shown_plain(p.member),
+            shown = names.shown_plain(p.member),
             token = p.token,
             ended = p.ended.as_str(),
             from = Rfc3339Ms(p.from_ms),
@@ -283,7 +284,7 @@ pub(super) fn draw(
                 ""
             },
         );
-        let member = names::visible(p.member);
+        let member = names.visible(p.member);
         let label = format!(
             "{}{member} · {}",
             if p.held_before { "…" } else { "" },
@@ -356,7 +357,7 @@ pub(super) fn draw(
                 out,
                 "<span class=\"swatch\" style=\"background:{}\"></span>{}",
                 FILLS[slot],
-                shown(member)
+                names.shown(member)
             );
         }
         out.push_str("</p>");
@@ -386,7 +387,7 @@ pub(super) fn draw(
                 } else {
                     Rfc3339Ms(p.to_ms).to_string()
                 },
-                member = shown(p.member),
+                member = names.shown(p.member),
                 token = p.token,
                 ended = p.ended.as_str(),
             );
