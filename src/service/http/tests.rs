@@ -901,7 +901,10 @@ async fn another_cluster_drops_the_old_views_at_once_and_resets_every_stream() {
     rig.cluster.set_cluster_id("rebuilt");
     let (status, _, body) = call(&rig.app, get("/roles/orders")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "at once: {body}");
-    assert_eq!(body["type"], "urn:krabka-authority:problem:views-not-ready", "{body}");
+    assert_eq!(
+        body["type"], "urn:krabka-authority:problem:views-not-ready",
+        "{body}"
+    );
     let (event, id) = stream.next().await;
     assert_eq!(event, "reset");
     let reset_id = id.expect("the new cluster's roster, whole");
