@@ -71,6 +71,8 @@ struct Seen {
     verdict: Option<String>,
     current: Option<FencingToken>,
     cached: bool,
+    /// The cluster the answer names.
+    cluster: Option<String>,
 }
 
 /// Sends checks of `tokens` one after another, without pause, until
@@ -109,6 +111,7 @@ async fn check_loop(
             verdict: body["verdict"].as_str().map(str::to_owned),
             current,
             cached: body["cached"].as_bool().unwrap_or(false),
+            cluster: body["cluster"].as_str().map(str::to_owned),
         });
     }
 }
@@ -143,9 +146,9 @@ async fn register(addr: &str, topic: &str, role: &str, member: &str) {
         .expect("registered");
 }
 
-/// Views of a role as sampled: when each was asked for, and the members
-/// it lists.
-type Views = Arc<Mutex<Vec<(Instant, Vec<String>)>>>;
+/// Views of a role as sampled: when each was asked for, the members it
+/// lists, and the age it claims (ms).
+type Views = Arc<Mutex<Vec<(Instant, Vec<String>, u64)>>>;
 
 /// Views of the role, sampled until `stop`.
 async fn view_loop(
@@ -167,7 +170,8 @@ async fn view_loop(
                 .flatten()
                 .filter_map(|m| m["member"].as_str().map(str::to_owned))
                 .collect();
-            views.lock().unwrap().push((sent, members));
+            let age = body["view"]["ageMs"].as_u64().unwrap_or(0);
+            views.lock().unwrap().push((sent, members, age));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -261,6 +265,7 @@ async fn a_cluster_reformatted_on_its_ports_is_never_answered_from_an_old_ones_c
         .build()
         .unwrap();
     let (mut stale_views, mut views_seen, mut remembered_wrong, mut remembered) = (0, 0, 0, 0);
+    let mut younger_views = 0;
 
     // The first cluster: two pairs, the first superseded (and cached).
     let mut minted = vec![
@@ -392,7 +397,7 @@ async fn a_cluster_reformatted_on_its_ports_is_never_answered_from_an_old_ones_c
             .lock()
             .unwrap()
             .iter()
-            .any(|(_, members)| members.contains(&new_member))
+            .any(|(_, members, _)| members.contains(&new_member))
         {
             assert!(
                 shown.elapsed() < Duration::from_secs(10),
@@ -405,16 +410,33 @@ async fn a_cluster_reformatted_on_its_ports_is_never_answered_from_an_old_ones_c
             l.await.unwrap();
         }
         viewing.await.unwrap();
-        for (sent, members) in views.lock().unwrap().iter() {
-            if *sent >= down + LOSS_NOTICED {
-                views_seen += 1;
-                if members.contains(&old_member) {
-                    stale_views += 1;
-                    eprintln!(
-                        "{generation}: a view of the old cluster {:?} after the loss: {members:?}",
-                        sent.duration_since(down)
-                    );
-                }
+        // Once a check named the new cluster, the service knows of it: no
+        // view of the old one from then on. Before (the broker gone, the
+        // new one not reached yet), a view of the old one may be shown,
+        // as old as it is: at least as old as the time since the loss.
+        let seen_new = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.cluster.as_deref() == Some(cluster.as_str()))
+            .map(|s| s.answered)
+            .min();
+        for (sent, members, age) in views.lock().unwrap().iter() {
+            if *sent < down + LOSS_NOTICED || !members.contains(&old_member) {
+                continue;
+            }
+            views_seen += 1;
+            let since_loss = sent.duration_since(down).as_millis() as u64;
+            if seen_new.is_some_and(|at| *sent >= at) {
+                stale_views += 1;
+                eprintln!(
+                    "{generation}: a view of the old cluster {since_loss} ms after the loss, after a check named the new one: {members:?}"
+                );
+            } else if age + 20 < since_loss {
+                younger_views += 1;
+                eprintln!(
+                    "{generation}: a view of the old cluster {since_loss} ms after the loss claims {age} ms"
+                );
             }
         }
         for (sent, token, outcome) in clienting.await.unwrap() {
@@ -492,11 +514,18 @@ async fn a_cluster_reformatted_on_its_ports_is_never_answered_from_an_old_ones_c
     let last_member = format!("member-{}", replacements());
     let delivered_last = streamed.iter().any(|e| e.members.contains(&last_member));
     eprintln!(
-        "views: {views_seen} after the losses, {stale_views} of an old cluster; the client crate: {remembered} answers from its memory, {remembered_wrong} of another cluster; the stream: {} events, {resets} resets, {} out of place, the last cluster's member delivered: {delivered_last}",
+        "views of an old cluster after its loss: {views_seen}, {stale_views} after a check named the new one, {younger_views} claiming less age than the time since the loss; the client crate: {remembered} answers from its memory, {remembered_wrong} of another cluster; the stream: {} events, {resets} resets, {} out of place, the last cluster's member delivered: {delivered_last}",
         streamed.len(),
         out_of_place.len()
     );
-    assert_eq!(stale_views, 0, "views of an old cluster after its loss");
+    assert_eq!(
+        stale_views, 0,
+        "views of an old cluster once the new one answered"
+    );
+    assert_eq!(
+        younger_views, 0,
+        "views of an old cluster younger than they are"
+    );
     assert_eq!(
         remembered_wrong, 0,
         "the client's memory of another cluster"

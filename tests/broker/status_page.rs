@@ -263,7 +263,8 @@ async fn a_role_page_after_failovers_draws_every_holding_period_and_keeps_names_
     assert!(dom.contains("<svg class=\"countdown live\""), "{dom}");
     assert!(
         dom.contains(
-            "<tr class=\"holder\"><td>holder</td><td class=\"name\"><b><bdi>node-a</bdi></b>"
+            // node-a came back last: rank 1 in join order.
+            "<tr class=\"holder\"><td>1 · holder</td><td class=\"name\"><b><bdi>node-a</bdi></b>"
         ),
         "{dom}"
     );

@@ -175,6 +175,11 @@ pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {
     /// under another may speak for either cluster.
     fn cluster_changes(&self) -> u64;
 
+    /// The id of the cluster the client knows, in contact or not (what an
+    /// answer received from it speaks for, while [`Cluster::cluster_changes`]
+    /// stays).
+    fn known_cluster_id(&self) -> Option<std::sync::Arc<str>>;
+
     /// The TLS material of broker connections, after a look at its files
     /// (a changed file is taken in, or refused and said); `None` without
     /// TLS.

@@ -116,6 +116,10 @@ impl Cluster for KafkaClient {
         self.state().in_contact()
     }
 
+    fn known_cluster_id(&self) -> Option<std::sync::Arc<str>> {
+        self.state().metadata().cluster_id()
+    }
+
     fn cluster_changes(&self) -> u64 {
         self.state().metadata().cluster_changes()
     }

@@ -88,8 +88,15 @@ impl Checker {
         let floor = |role: &str, id: i64| self.floor_of(cluster.as_ref(), role, id);
         let described = self.cluster.describe_role(role, &floor, deadline).await?;
         let checked_at_ms = self.clock.now_ms();
-        let cluster = self.answered_for(changes)?;
-        Ok(self.judge(&cluster, role, token, described, checked_at_ms))
+        let (label, cache) = self.answered_for(changes)?;
+        Ok(self.judge(
+            &label,
+            cache.as_ref(),
+            role,
+            token,
+            described,
+            checked_at_ms,
+        ))
     }
 
     /// Checks many (role, token) pairs in one round: cache hits first, then
@@ -131,8 +138,8 @@ impl Checker {
                 .cloned()
                 .unwrap_or_else(|| Err(ClusterError::Internal(format!("no answer for {role:?}"))))
                 .and_then(|d| {
-                    let cluster = cluster.clone()?;
-                    Ok(self.judge(&cluster, role, *token, d, checked_at_ms))
+                    let (label, cache) = cluster.clone()?;
+                    Ok(self.judge(&label, cache.as_ref(), role, *token, d, checked_at_ms))
                 });
             *answer = Some(result);
         }
@@ -178,49 +185,61 @@ impl Checker {
     }
 
     /// The cluster an answer begun when the cluster id had changed
-    /// `changes` times speaks for: the one in contact now, unless another
-    /// cluster answered behind the addresses meanwhile (then the answer may
-    /// be either's) or contact is lost.
-    fn answered_for(&self, changes: u64) -> Result<ClusterId, ClusterError> {
+    /// `changes` times speaks for (the one the client knows; unless another
+    /// cluster answered behind the addresses meanwhile, then the answer may
+    /// be either's), and the key of the caches it may go to: that cluster,
+    /// while still in contact (an answer received just before every
+    /// connection died is still that cluster's answer, but nothing is
+    /// remembered without contact).
+    fn answered_for(&self, changes: u64) -> Result<(ClusterId, Option<ClusterId>), ClusterError> {
+        let known = self.cluster.known_cluster_id();
         if self.cluster.cluster_changes() != changes {
             return Err(ClusterError::Unavailable(
                 "another cluster answered behind the bootstrap servers during the check; ask again"
                     .into(),
             ));
         }
-        self.caches
+        let known = known.ok_or_else(|| {
+            ClusterError::Unavailable("no broker has said which cluster it is".into())
+        })?;
+        let cache = self
+            .caches
             .cluster(self.cluster.cluster_id())
-            .ok_or_else(|| {
-                ClusterError::Unavailable(
-                    "contact with the cluster was lost during the check".into(),
-                )
-            })
+            .filter(|c| **c == *known);
+        Ok((known, cache))
     }
 
+    /// The answer to `token` of `role` from `described`, which speaks for
+    /// the cluster `label`; what it teaches goes to the caches of `cache`
+    /// (`None`: out of contact, nothing remembered).
     fn judge(
         &self,
-        cluster: &ClusterId,
+        label: &ClusterId,
+        cache: Option<&ClusterId>,
         role: &str,
         token: FencingToken,
         described: Described,
         checked_at_ms: i64,
     ) -> CheckAnswer {
-        let retired = self
-            .caches
-            .held(cluster, role)
+        let retired = cache
+            .and_then(|c| self.caches.held(c, role))
             .is_some_and(|held| held.epoch_of(token.producer_id()).is_some());
         let verdict = verdict(token, described.current, retired);
         let mut superseded_by = None;
         if let Some(current) = described.current {
-            self.caches.raise(cluster, role, current);
+            if let Some(cache) = cache {
+                self.caches.raise(cache, role, current);
+            }
             if verdict == Verdict::Superseded {
                 superseded_by = Some(Sighting {
                     pair: current,
                     seen_at: Rfc3339Ms(checked_at_ms),
                 });
-                if superseded_for_good(token, current) {
+                if let Some(cache) = cache
+                    && superseded_for_good(token, current)
+                {
                     self.caches.remember_superseded(
-                        cluster,
+                        cache,
                         role,
                         token,
                         SupersededBy {
@@ -240,7 +259,7 @@ impl Checker {
             superseded_by,
             checked_at: Rfc3339Ms(checked_at_ms),
             cached: false,
-            cluster: cluster.to_string(),
+            cluster: label.to_string(),
         }
     }
 }

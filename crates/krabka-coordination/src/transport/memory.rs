@@ -416,6 +416,10 @@ impl Cluster for MemoryCluster {
         (!state.no_contact).then(|| state.cluster_id.as_str().into())
     }
 
+    fn known_cluster_id(&self) -> Option<Arc<str>> {
+        Some(self.lock().cluster_id.as_str().into())
+    }
+
     fn cluster_changes(&self) -> u64 {
         self.lock().cluster_changes
     }
