@@ -40,6 +40,8 @@ pub use krabka_leadership as leadership;
 pub mod kafka_settings;
 pub mod service;
 #[cfg(test)]
+mod sim;
+#[cfg(test)]
 mod testkit;
 
 use krabka_coordination::sync;

@@ -15,12 +15,12 @@ use axum::body::Body;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tower::Service;
 
 use super::http::router;
 use super::state::AppState;
+use crate::kafka::host::{self, Listener};
 
 /// Why the server stopped abnormally.
 #[derive(Debug, thiserror::Error)]
@@ -51,13 +51,14 @@ pub async fn serve(
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), ServeError> {
     let addr = state.config.http.listen;
-    let listener = TcpListener::bind(addr)
+    let listener = host::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })?;
     run(listener, state, shutdown).await
 }
 
-/// Serves on a bound listener until `shutdown` flips. Then `/readyz` turns
+/// Serves on a bound listener (the operating system's, or a simulation's:
+/// [`host`]) until `shutdown` flips. Then `/readyz` turns
 /// 503 at once; after the shutdown delay the listener closes, event streams
 /// end, and requests in flight get up to the drain timeout.
 ///
@@ -68,10 +69,11 @@ pub async fn serve(
 /// Kafka refuses the service's credentials before it was ever ready, it
 /// stops the same way and returns [`ServeError::Denied`].
 pub async fn run(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     state: Arc<AppState>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), ServeError> {
+    let listener: Listener = listener.into();
     let local = listener.local_addr().map_err(ServeError::Serve)?;
     tracing::info!(addr = %local, topic = %state.config.kafka.topic, "serving");
     let watcher = tokio::spawn(state.watcher.clone().run());

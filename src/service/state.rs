@@ -161,7 +161,17 @@ impl AppState {
     /// (tests shorten connect timeouts and the like).
     pub fn with_client_config(
         config: ServiceConfig,
+        client: ClientConfig,
+    ) -> Result<Arc<AppState>, SetupError> {
+        Self::with_client_config_and_clock(config, client, Arc::new(SystemClock))
+    }
+
+    /// [`AppState::with_client_config`] on another clock (the simulation
+    /// tier's, whose wall clock it steps).
+    pub fn with_client_config_and_clock(
+        config: ServiceConfig,
         mut client: ClientConfig,
+        clock: Arc<dyn Clock>,
     ) -> Result<Arc<AppState>, SetupError> {
         let metrics = Arc::new(Metrics::new()?);
         client.observer = Some(metrics.clone());
@@ -169,7 +179,7 @@ impl AppState {
         client.max_describe_batch = config.check.max_describe_batch;
         client.coordinator_cache_bytes = config.check.coordinator_cache_bytes;
         let client = KafkaClient::new(client)?;
-        Self::with_cluster(config, Arc::new(client), metrics, Arc::new(SystemClock))
+        Self::with_cluster(config, Arc::new(client), metrics, clock)
     }
 
     /// The state over any cluster and clock (tests use the in-memory one).

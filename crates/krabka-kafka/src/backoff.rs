@@ -43,7 +43,7 @@ impl Jitter {
         if self.low == self.high {
             return step.mul_f64(self.low);
         }
-        step.mul_f64(rand::random_range(self.low..=self.high))
+        step.mul_f64(crate::host::random_range(self.low..=self.high))
     }
 }
 

@@ -38,19 +38,19 @@
 //! shorter deadline stops waiting without cancelling the request, so it never
 //! poisons a connection to a live broker.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use kafka_protocol::protocol::Request;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::config::ClientConfig;
 use super::connection::{ConnSettings, Connection};
 use super::error::KafkaError;
+use super::host;
 use super::observe::{Outcome, RequestObserver};
 use super::security::authenticate;
 use super::state::{Candidate, ClusterState, Lesson, Link, rank};
@@ -72,10 +72,12 @@ struct Shared {
     batch_limits: Mutex<HashMap<String, usize>>,
 }
 
-/// One set of connections, one per broker address.
+/// One set of connections, one per broker address; ordered, so that they
+/// close in one order when the client goes (a simulation's seed decides a
+/// run, not a hasher).
 #[derive(Default)]
 struct Pool {
-    slots: Mutex<HashMap<String, Slot>>,
+    slots: Mutex<BTreeMap<String, Slot>>,
 }
 
 /// A Kafka client over `kafka-protocol`: cheap to clone, one connection per
@@ -219,7 +221,7 @@ impl KafkaClient {
             addr: addr.to_owned(),
             reason,
         };
-        let stream = tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr))
+        let stream = tokio::time::timeout(config.connect_timeout, host::connect(addr))
             .await
             .map_err(|_| connect_err(format!("timed out after {:?}", config.connect_timeout)))?
             .map_err(|e| connect_err(e.to_string()))?;
@@ -251,7 +253,7 @@ impl KafkaClient {
             if let Some(lifetime) = lifetime {
                 // Retire well before the broker ends the session, with
                 // jitter so connections do not all reconnect at once.
-                let share = rand::random_range(0.75..0.85);
+                let share = host::random_range(0.75..0.85);
                 conn.retire_at(Instant::now() + lifetime.mul_f64(share));
             }
         }
@@ -338,8 +340,11 @@ impl KafkaClient {
     }
 
     /// What the client knows of each of `brokers` (item, address) for
-    /// `state::ranking`.
-    pub(crate) fn candidates<T>(&self, brokers: Vec<(T, String)>) -> Vec<Candidate<T>> {
+    /// `state::ranking`, in the order of their addresses: ties are broken by
+    /// draws in that order, whatever order a map handed them in (so a
+    /// simulation's seed decides them).
+    pub(crate) fn candidates<T>(&self, mut brokers: Vec<(T, String)>) -> Vec<Candidate<T>> {
+        brokers.sort_by(|a, b| a.1.cmp(&b.1));
         let (nodes, epochs) = (self.state().nodes(), self.state().epochs());
         let slow = self.state().confirms().busy();
         let slots = lock(&self.pool.slots);
@@ -442,7 +447,9 @@ impl KafkaClient {
 
     /// Closes every connection of this client; later calls reconnect.
     pub async fn close(&self) {
-        let slots: Vec<Slot> = lock(&self.pool.slots).drain().map(|(_, s)| s).collect();
+        let slots: Vec<Slot> = std::mem::take(&mut *lock(&self.pool.slots))
+            .into_values()
+            .collect();
         for slot in slots {
             slot.lock().await.take();
         }

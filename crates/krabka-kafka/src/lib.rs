@@ -37,11 +37,13 @@
 //!      ▼
 //!  config ─► security ─► connection ─► versions
 //!      └───► observe
-//!  error: every file; backoff, bounded, files below all
+//!  error: every file; backoff, bounded, files, host below all
 //! ```
 //!
 //! [`backoff`], [`bounded`] and [`files`] are the workspace's one retry
-//! policy, bounded memory and watched files; the service uses them too.
+//! policy, bounded memory and watched files, and [`host`] its sockets and
+//! random draws (a simulation's in the simulation tier); the service uses
+//! them too.
 //! The scripted brokers of the tests are `fake` (feature `fake`).
 
 pub mod backoff;
@@ -60,6 +62,7 @@ mod failures;
 pub mod fake;
 mod fetch;
 pub mod files;
+pub mod host;
 mod inflate;
 mod metadata;
 mod observe;

@@ -23,7 +23,7 @@ impl Ids {
     /// Ids under a random prefix.
     pub(crate) fn new() -> Ids {
         Ids {
-            prefix: rand::random(),
+            prefix: crate::kafka::host::random(),
             next: Arc::default(),
         }
     }

@@ -596,7 +596,15 @@ impl Watcher {
         let mut effects = Vec::new();
         for chunk in roles.chunks(self.config.max_describe_batch.max(1)) {
             let deadline = Instant::now() + self.config.poll_interval.max(Duration::from_secs(1));
-            let described = self.cluster.describe(chunk, &floor, deadline).await;
+            let mut described: Vec<_> = self
+                .cluster
+                .describe(chunk, &floor, deadline)
+                .await
+                .into_iter()
+                .collect();
+            // Taken in by name (not in the map's order): the events and
+            // marks of a poll come in one order.
+            described.sort_by(|(a, _), (b, _)| a.cmp(b));
             let now = self.clock.now_ms();
             for (role, answer) in described {
                 let Ok(partition) = role_partition(&role, parts.len() as i32) else {

@@ -83,6 +83,10 @@ impl Shared {
             if !waiters.is_empty() {
                 tracing::debug!(addr = %self.addr, in_flight = waiters.len(), error = %err, "connection poisoned");
             }
+            // In the order they were sent (not the map's: a simulation's
+            // seed decides which caller runs on first).
+            let mut waiters: Vec<(i32, Reply)> = waiters.into_iter().collect();
+            waiters.sort_unstable_by_key(|(id, _)| *id);
             for (_, reply) in waiters {
                 let _ = reply.send(Err(err.clone()));
             }

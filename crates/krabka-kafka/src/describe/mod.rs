@@ -177,7 +177,7 @@ use krabka_coordination::cluster::Floor;
 use krabka_coordination::time::boot_now;
 use wire::{build_describe, parse_describe};
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fake"))]
 pub(crate) use wire::partition_for;
 
 /// The longest time from sending a describe to receiving its confirmation.

@@ -23,7 +23,7 @@
 //! entry costs a lookup) and the per-key backoffs (4 MiB; one lost costs a
 //! lookup before its backoff ended).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -68,10 +68,12 @@ struct Waiting {
     suspect: Option<String>,
 }
 
+/// Ordered maps: the keys of a lookup, and whom its answer wakes first,
+/// follow their names (a simulation's seed decides a run, not a hasher).
 #[derive(Debug, Default)]
 struct Lookups {
-    pending: HashMap<String, Waiting>,
-    in_flight: HashMap<String, Vec<Reply>>,
+    pending: BTreeMap<String, Waiting>,
+    in_flight: BTreeMap<String, Vec<Reply>>,
     running: bool,
 }
 

@@ -172,14 +172,17 @@ impl DescribeQueues {
     }
 
     /// The coordinators whose next batch a round can take now (ids
-    /// waiting, a describe to spare), with how many ids wait for each.
+    /// waiting, a describe to spare), with how many ids wait for each, by
+    /// node id (not in the map's order: a simulation's seed decides a run).
     pub(crate) fn ready(&self) -> Vec<(Broker, usize)> {
-        lock(&self.queues)
+        let mut ready: Vec<(Broker, usize)> = lock(&self.queues)
             .queues
             .iter()
             .filter(|(_, q)| q.ready())
             .map(|(b, q)| (b.clone(), q.waiting.len()))
-            .collect()
+            .collect();
+        ready.sort_by(|(a, _), (b, _)| (a.id, &a.addr).cmp(&(b.id, &b.addr)));
+        ready
     }
 
     /// The rounds in flight carry `carried` checks (`None`: no round may

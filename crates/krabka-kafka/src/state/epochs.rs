@@ -312,7 +312,7 @@ impl Epochs {
         }
         let now = Instant::now();
         let mut inner = lock(&self.inner);
-        inner
+        let mut probes = inner
             .stale
             .iter_mut()
             .filter(|(_, b)| b.probe.is_open(now))
@@ -323,7 +323,10 @@ impl Epochs {
                 topics.dedup();
                 (addr.clone(), topics)
             })
-            .collect()
+            .collect::<Vec<_>>();
+        // By address, not in the map's order.
+        probes.sort();
+        probes
     }
 
     /// The instant a read of `topic`-`partition` under leader epoch `epoch`

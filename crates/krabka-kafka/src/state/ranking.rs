@@ -97,7 +97,7 @@ fn sorted<T>(
         .filter(|c| !c.stale)
         .filter_map(|c| {
             let (tier, load) = key(&c)?;
-            Some(((tier, load, rand::random::<u32>()), c.item))
+            Some(((tier, load, crate::host::random::<u32>()), c.item))
         })
         .collect();
     ranked.sort_unstable_by_key(|(key, _)| *key);

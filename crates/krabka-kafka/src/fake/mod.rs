@@ -3,6 +3,9 @@
 //! says, or never answer at all (a hung broker). A broker can be stopped and
 //! another started on its address (another cluster), and holds a Fetch
 //! answer for the request's long-poll wait, as a broker with no new data.
+//! In the simulation tier the same brokers listen on simulated hosts
+//! ([`FakeBroker::start_simulated`], feature `sim`), their scripts those of
+//! a modelled cluster.
 //!
 //! And what a hostile member writes: [`bomb_batch`], a record batch that
 //! decompresses to far more than it weighs, and [`produce_raw`] to write
@@ -16,6 +19,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use futures::future::BoxFuture;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, BrokerId, DescribeTransactionsRequest,
     DescribeTransactionsResponse, FetchRequest, FindCoordinatorRequest, FindCoordinatorResponse,
@@ -32,10 +36,10 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 
 use super::client::KafkaClient;
 use super::error::KafkaError;
+use super::host::{self, Listener};
 use super::versions::PINNED;
 
 /// What a scripted broker answers to one request: the encoded response
@@ -47,12 +51,26 @@ pub type Script = Arc<dyn Fn(&RequestHeader, Bytes) -> Option<Bytes> + Send + Sy
 /// answers one connection's requests in order).
 pub type Delay = Arc<dyn Fn(&RequestHeader, &Bytes) -> Duration + Send + Sync>;
 
+/// What each request waits for once read, before its script answers it (in
+/// place of a Fetch's long-poll wait): a paused or stalled broker, which
+/// answers from what it knows when it runs on; a long poll that ends when
+/// data arrives. The requests after it on that connection wait too. False
+/// closes the connection instead (a process that died).
+pub type Gate = Arc<dyn Fn(&RequestHeader, &Bytes) -> BoxFuture<'static, bool> + Send + Sync>;
+
+pub mod model;
+
 /// A scripted broker listening on loopback.
 pub struct FakeBroker {
     pub addr: String,
-    /// Every request but ApiVersions: (API, version, body).
+    /// What it listens on (`addr` is what clients are told).
+    bound: std::net::SocketAddr,
+    /// Every request but ApiVersions: (API, version, body); none are kept
+    /// by a simulated broker, which serves for long.
     pub seen: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>,
-    script: Arc<RwLock<Script>>,
+    keep_seen: bool,
+    /// The script, and the gate, new connections are answered by.
+    script: Arc<RwLock<(Script, Option<Gate>)>>,
     delay: Delay,
     /// The network's round trip: each answer leaves this long after its
     /// request arrived, later requests read meanwhile.
@@ -91,6 +109,19 @@ impl FakeBroker {
         FakeBroker::listening(script, delay, Duration::ZERO, None).await
     }
 
+    /// [`FakeBroker::start`] on this simulated host's `port` (inside a
+    /// turmoil simulation, feature `sim`), told to clients as `name:port`;
+    /// each request waits for `gate` once read, before `script` answers it.
+    pub async fn start_simulated(name: &str, port: u16, script: Script, gate: Gate) -> FakeBroker {
+        let bound = std::net::SocketAddr::from(([0, 0, 0, 0], port));
+        let listener = host::bind(bound).await.unwrap();
+        let mut broker = FakeBroker::new(format!("{name}:{port}"), bound, script);
+        broker.keep_seen = false;
+        broker.script.write().unwrap().1 = Some(gate);
+        *broker.task.get_mut().unwrap() = broker.listen(listener);
+        broker
+    }
+
     /// [`FakeBroker::start`] across a network whose round trip is
     /// `round_trip`: each answer is written that long after its request was
     /// read, and the requests behind it are read meanwhile (pipelined, as
@@ -113,28 +144,34 @@ impl FakeBroker {
         wire: Duration,
         tls: Option<tokio_rustls::TlsAcceptor>,
     ) -> FakeBroker {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let mut broker = FakeBroker {
-            addr,
-            seen: Arc::default(),
-            script: Arc::new(RwLock::new(script)),
-            delay,
-            wire,
-            tls,
-            connections: Arc::default(),
-            task: Mutex::new(tokio::spawn(async {})),
-        };
+        let listener = host::bind(([127, 0, 0, 1], 0).into()).await.unwrap();
+        let bound = listener.local_addr().unwrap();
+        let mut broker = FakeBroker::new(bound.to_string(), bound, script);
+        broker.delay = delay;
+        broker.wire = wire;
+        broker.tls = tls;
         *broker.task.get_mut().unwrap() = broker.listen(listener);
         broker
     }
 
-    fn listen(&self, listener: TcpListener) -> tokio::task::JoinHandle<()> {
-        let (log, scripted, open) = (
-            self.seen.clone(),
-            self.script.clone(),
-            self.connections.clone(),
-        );
+    fn new(addr: String, bound: std::net::SocketAddr, script: Script) -> FakeBroker {
+        FakeBroker {
+            addr,
+            bound,
+            seen: Arc::default(),
+            keep_seen: true,
+            script: Arc::new(RwLock::new((script, None))),
+            delay: Arc::new(|_, _| Duration::ZERO),
+            wire: Duration::ZERO,
+            tls: None,
+            connections: Arc::default(),
+            task: Mutex::new(tokio::spawn(async {})),
+        }
+    }
+
+    fn listen(&self, listener: Listener) -> tokio::task::JoinHandle<()> {
+        let (scripted, open) = (self.script.clone(), self.connections.clone());
+        let log = self.keep_seen.then(|| self.seen.clone());
         let (delay, wire, tls) = (self.delay.clone(), self.wire, self.tls.clone());
         tokio::spawn(async move {
             loop {
@@ -144,15 +181,21 @@ impl FakeBroker {
                 // As Kafka's SocketServer: answers written back to back
                 // must not wait for the client's delayed acknowledgement.
                 let _ = socket.set_nodelay(true);
-                let script = scripted.read().unwrap().clone();
-                let (delay, log, tls) = (delay.clone(), log.clone(), tls.clone());
+                let (script, gate) = scripted.read().unwrap().clone();
+                let answering = Answering {
+                    script,
+                    delay: delay.clone(),
+                    gate,
+                    log: log.clone(),
+                };
+                let tls = tls.clone();
                 open.lock().unwrap().spawn(async move {
                     match tls {
-                        None => serve(socket, script, delay, wire, log).await,
+                        None => serve(socket, answering, wire).await,
                         // A refused handshake closes the connection.
                         Some(tls) => {
                             if let Ok(stream) = tls.accept(socket).await {
-                                serve(stream, script, delay, wire, log).await;
+                                serve(stream, answering, wire).await;
                             }
                         }
                     }
@@ -174,8 +217,8 @@ impl FakeBroker {
     /// Starts another broker on the stopped one's address (another cluster
     /// formatted there, say), answering by `script`.
     pub async fn restart(&self, script: Script) {
-        *self.script.write().unwrap() = script;
-        let listener = TcpListener::bind(&self.addr).await.unwrap();
+        self.script.write().unwrap().0 = script;
+        let listener = host::bind(self.bound).await.unwrap();
         *self.task.lock().unwrap() = self.listen(listener);
     }
 
@@ -183,7 +226,13 @@ impl FakeBroker {
     /// proxy makes it: new connections are answered by `script`, the open
     /// ones still by the script they began with.
     pub fn replace_for_new_connections(&self, script: Script) {
-        *self.script.write().unwrap() = script;
+        self.script.write().unwrap().0 = script;
+    }
+
+    /// [`FakeBroker::replace_for_new_connections`] with the gate too: the
+    /// new process's script and gate.
+    pub fn replace_process(&self, script: Script, gate: Gate) {
+        *self.script.write().unwrap() = (script, Some(gate));
     }
 
     /// The requests of one API this broker received.
@@ -198,21 +247,30 @@ impl FakeBroker {
     }
 }
 
-/// Answers one connection by `script`, each answer held `delay`, until it
-/// closes; across a network of round trip `wire`, by [`across`].
-async fn serve(
-    socket: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+/// How one connection's requests are answered: by `script`, each answer
+/// held as `delay` says, each request first waiting for `gate` when there
+/// is one, each logged in `log` when kept.
+#[derive(Clone)]
+struct Answering {
     script: Script,
     delay: Delay,
+    gate: Option<Gate>,
+    log: Option<Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>>,
+}
+
+/// Answers one connection as `answering` says until it closes; across a
+/// network of round trip `wire`, by [`across`].
+async fn serve(
+    socket: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    answering: Answering,
     wire: Duration,
-    log: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>,
 ) {
     if !wire.is_zero() {
-        return across(socket, script, wire, log).await;
+        return across(socket, answering, wire).await;
     }
     let mut socket = socket;
     loop {
-        let Some((answer, hold)) = read_and_answer(&mut socket, &script, &delay, &log).await else {
+        let Some((answer, hold)) = read_and_answer(&mut socket, &answering).await else {
             return;
         };
         if let Some(answer) = answer {
@@ -231,12 +289,14 @@ async fn serve(
 /// the reader goes on reading.
 async fn across(
     socket: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    script: Script,
+    answering: Answering,
     wire: Duration,
-    log: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>,
 ) {
     let (mut reader, mut writer) = tokio::io::split(socket);
-    let no_delay: Delay = Arc::new(|_, _| Duration::ZERO);
+    let answering = Answering {
+        delay: Arc::new(|_, _| Duration::ZERO),
+        ..answering
+    };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Bytes)>();
     let writing = tokio::spawn(async move {
         while let Some((due, answer)) = rx.recv().await {
@@ -247,7 +307,7 @@ async fn across(
         }
     });
     loop {
-        let Some((answer, _)) = read_and_answer(&mut reader, &script, &no_delay, &log).await else {
+        let Some((answer, _)) = read_and_answer(&mut reader, &answering).await else {
             break;
         };
         let read = tokio::time::Instant::now();
@@ -261,14 +321,12 @@ async fn across(
     let _ = writing.await;
 }
 
-/// Reads one request and answers it by `script` (logged, but ApiVersions):
-/// the answer, and how long `delay` holds it. `None` when the connection
-/// closed.
+/// Reads one request and answers it by the script (logged, but
+/// ApiVersions): the answer, and how long the delay holds it. `None` when
+/// the connection closed.
 async fn read_and_answer(
     socket: &mut (impl tokio::io::AsyncRead + Unpin),
-    script: &Script,
-    delay: &Delay,
-    log: &Mutex<Vec<(ApiKey, i16, Bytes)>>,
+    answering: &Answering,
 ) -> Option<(Option<Bytes>, Duration)> {
     let size = socket.read_i32().await.ok()?;
     let mut frame = BytesMut::zeroed(size as usize);
@@ -279,18 +337,28 @@ async fn read_and_answer(
     if api == ApiKey::ApiVersions {
         return Some((Some(api_versions(&header)), Duration::ZERO));
     }
-    log.lock()
-        .unwrap()
-        .push((api, header.request_api_version, body.clone()));
-    if api == ApiKey::Fetch {
-        // Nothing new arrives at a scripted broker: a long poll
-        // waits out its wait.
-        let fetch: FetchRequest = request(header.request_api_version, body.clone());
-        let wait = u64::try_from(fetch.max_wait_ms).unwrap_or(0);
-        tokio::time::sleep(Duration::from_millis(wait)).await;
+    if let Some(log) = &answering.log {
+        log.lock()
+            .unwrap()
+            .push((api, header.request_api_version, body.clone()));
     }
-    let hold = delay(&header, &body);
-    Some((script(&header, body), hold))
+    match &answering.gate {
+        Some(gate) => {
+            if !gate(&header, &body).await {
+                return None;
+            }
+        }
+        None if api == ApiKey::Fetch => {
+            // Nothing new arrives at a scripted broker: a long poll
+            // waits out its wait.
+            let fetch: FetchRequest = request(header.request_api_version, body.clone());
+            let wait = u64::try_from(fetch.max_wait_ms).unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+        }
+        None => {}
+    }
+    let hold = (answering.delay)(&header, &body);
+    Some(((answering.script)(&header, body), hold))
 }
 
 /// Writes one answer, framed.

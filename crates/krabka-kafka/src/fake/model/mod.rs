@@ -1,0 +1,1246 @@
+//! A modelled Kafka cluster, for the simulation tier: the freedoms Kafka
+//! takes, not what the client expects of it. Each broker *process* answers
+//! the protocol (`answers`) from what it knows: the controller's metadata
+//! records it applied, and the prefix of each partition's log it copied.
+//! The model keeps the truth beside it: every pair each role held, when,
+//! and every record a committed reader may see of the coordination topic,
+//! and since when.
+//!
+//! What it allows, each as Kafka's source has it:
+//! - **A process is not its node id.** A node's process can be killed and
+//!   started again, or a second process registered with the node id of one
+//!   the controller fenced while that one still runs and answers on the
+//!   connections it has (`ClusterControlManager.registerBroker` refuses a
+//!   second incarnation only while the first one's session is valid). New
+//!   connections to the node's address reach the newest process.
+//! - **Stale memory.** A process cut off from the controller, or paused
+//!   (SIGSTOP, a long GC pause), applies no metadata record and copies no
+//!   log while it is: it answers from what it knew, naming itself the leader
+//!   (and coordinator) of what it led. A paused one catches up some time
+//!   after it runs again (`BrokerMetadataListener`); a cut one is fenced
+//!   after the session timeout (`BrokerHeartbeatManager`) and its
+//!   leaderships move, each at a new leader epoch (`PartitionChangeBuilder`),
+//!   to a replica that holds the whole log (the ISR).
+//! - **Only the leader writes.** A pair is minted, and a record appended, at
+//!   the process the controller names leader (at the current epoch), while it
+//!   runs, has loaded the partition and its disk is not stalled; followers
+//!   that follow the controller copy it at once.
+//! - **Producer ids from per-broker blocks.** Each process draws its
+//!   producer ids from a block of 1000 the controller hands it when it
+//!   first needs one (`ProducerIdControlManager`, `ProducerIdsBlock`), so
+//!   the id a role gets next depends on which broker coordinates it then:
+//!   lower as often as higher.
+//! - **Transactional ids.** InitProducerId bumps the epoch, and rotates to
+//!   a fresh producer id once it is exhausted (`TransactionMetadata
+//!   .prepareProducerIdRotation`, `isProducerEpochExhausted`: 32,766); a
+//!   transaction-version-2 commit bumps it too (KIP-890); an id unused for
+//!   `transactional.id.expiration.ms` expires (a tombstone,
+//!   `TransactionStateManager.removeExpiredTransactionalIds`), and the next
+//!   InitProducerId starts anew; a transaction left open past its timeout is
+//!   aborted by the coordinator with an epoch bump
+//!   (`TransactionCoordinator.abortTimedOutTransactions`).
+//! - **The coordination topic.** Records written in transactions, committed,
+//!   aborted or left open by a member that crashed; a reader sees up to the
+//!   last stable offset (`topic`); compaction removes superseded records.
+//! - **Another cluster behind the same addresses** ([`Model::replace_cluster`]):
+//!   a new cluster id, empty logs, producer id blocks from 0 again.
+
+mod answers;
+mod topic;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+pub use topic::Visible;
+
+use super::{Gate, Script};
+use krabka_coordination::sync::lock;
+
+/// Kafka's `isProducerEpochExhausted`: an epoch this high is rotated away
+/// from at the next InitProducerId (`Short.MaxValue - 1`).
+pub const EXHAUSTED_EPOCH: i16 = i16::MAX - 1;
+
+/// A partition of `__transaction_state` or of the coordination topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Part {
+    /// `__transaction_state`-n.
+    Txn(i32),
+    /// The coordination topic's partition n.
+    Topic(i32),
+}
+
+/// The cluster's shape and timings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Node ids and the `host:port` each advertises.
+    pub brokers: Vec<(i32, String)>,
+    /// Partitions of `__transaction_state`.
+    pub txn_partitions: i32,
+    /// The coordination topic and its partition count.
+    pub topic: String,
+    /// Its partitions.
+    pub topic_partitions: i32,
+    /// `broker.session.timeout.ms`: a broker that stops heartbeating is
+    /// fenced after it.
+    pub session_timeout: Duration,
+    /// `broker.heartbeat.interval.ms`: a fenced broker that heartbeats
+    /// again is unfenced after it.
+    pub heartbeat: Duration,
+    /// How long a new coordinator loads a `__transaction_state` partition
+    /// (COORDINATOR_LOAD_IN_PROGRESS meanwhile).
+    pub load: Duration,
+    /// The members' transaction timeout: an open transaction older than
+    /// this is aborted by the coordinator.
+    pub transaction_timeout: Duration,
+}
+
+/// A pair a role held from `at` on (`None`: no holder: expired, or never
+/// initialised), in cluster `cluster`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// When it became current.
+    pub at: Duration,
+    /// The cluster's id.
+    pub cluster: String,
+    /// The role.
+    pub role: String,
+    /// The pair, or none.
+    pub pair: Option<(i64, i16)>,
+}
+
+/// A partition of the coordination topic as it stood in one cluster: the
+/// records a committed reader may see, and since when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicTruth {
+    /// The cluster's id.
+    pub cluster: String,
+    /// The partition.
+    pub partition: i32,
+    /// Its visible records, in the order they became visible.
+    pub visible: Vec<Visible>,
+}
+
+/// What the model knows happened, for the checker.
+#[derive(Clone, Debug, Default)]
+pub struct Truth {
+    /// Every pair every role held, in order.
+    pub held: Vec<Held>,
+    /// Every partition of every cluster so far.
+    pub topics: Vec<TopicTruth>,
+    /// When each cluster began to answer (its id).
+    pub clusters: Vec<(Duration, String)>,
+}
+
+/// A controller metadata record (`__cluster_metadata`), as much as the
+/// client sees of them.
+#[derive(Clone, Debug)]
+enum Meta {
+    /// A process registered with its node id, fenced until it heartbeats.
+    Register {
+        node: i32,
+        process: usize,
+    },
+    Fence {
+        node: i32,
+        process: usize,
+    },
+    Unfence {
+        node: i32,
+        process: usize,
+    },
+    /// A partition's leader (-1: none) at a leader epoch, and its ISR.
+    Leader {
+        part: Part,
+        leader: i32,
+        epoch: i32,
+        isr: Vec<i32>,
+    },
+}
+
+/// A registered node in a view: its process and whether it is fenced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Registration {
+    process: usize,
+    fenced: bool,
+}
+
+/// A partition's leadership in a view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Leadership {
+    leader: i32,
+    epoch: i32,
+    isr: Vec<i32>,
+}
+
+/// The fold of a prefix of the metadata log: what a process knows.
+#[derive(Clone, Debug, Default)]
+struct View {
+    applied: usize,
+    brokers: BTreeMap<i32, Registration>,
+    leaders: BTreeMap<Part, Leadership>,
+}
+
+impl View {
+    fn advance(&mut self, log: &[Meta]) {
+        for record in &log[self.applied..] {
+            match record {
+                Meta::Register { node, process } => {
+                    self.brokers.insert(
+                        *node,
+                        Registration {
+                            process: *process,
+                            fenced: true,
+                        },
+                    );
+                }
+                Meta::Fence { node, process } | Meta::Unfence { node, process } => {
+                    if let Some(r) = self.brokers.get_mut(node).filter(|r| r.process == *process) {
+                        r.fenced = matches!(record, Meta::Fence { .. });
+                    }
+                }
+                Meta::Leader {
+                    part,
+                    leader,
+                    epoch,
+                    isr,
+                } => {
+                    self.leaders.insert(
+                        *part,
+                        Leadership {
+                            leader: *leader,
+                            epoch: *epoch,
+                            isr: isr.clone(),
+                        },
+                    );
+                }
+            }
+        }
+        self.applied = log.len();
+    }
+
+    fn leader(&self, part: Part) -> Option<&Leadership> {
+        self.leaders.get(&part)
+    }
+}
+
+/// How a process is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Life {
+    /// Started; registers once the controller lets it.
+    Starting,
+    Running,
+    /// Killed, or shut down.
+    Dead,
+}
+
+/// One broker process (an incarnation of a node id).
+#[derive(Clone, Debug)]
+struct Process {
+    node: i32,
+    life: Life,
+    /// SIGSTOPped: answers nothing, applies nothing, heartbeats not.
+    paused: bool,
+    /// Its disk stalled: answers nothing and writes nothing, but
+    /// heartbeats (they need no disk).
+    stalled: bool,
+    /// Cut off from the controller: applies nothing, heartbeats not, but
+    /// answers clients.
+    cut: bool,
+    /// After a pause: applies nothing until then.
+    catch_up_at: Option<Duration>,
+    view: View,
+    /// Per partition, the length of the log prefix it holds.
+    known: BTreeMap<Part, usize>,
+    /// Per partition it leads in its view: the leader epoch, and when it
+    /// has loaded it (a new coordinator loads its partition first).
+    leading: BTreeMap<Part, (i32, Duration)>,
+    /// Its producer id block: the next id and the end.
+    block: Option<(i64, i64)>,
+    last_heartbeat: Duration,
+    fenced_at: Duration,
+}
+
+impl Process {
+    fn follows_controller(&self) -> bool {
+        self.life == Life::Running && !self.paused && !self.cut && self.catch_up_at.is_none()
+    }
+
+    fn replicates(&self) -> bool {
+        self.follows_controller() && !self.stalled
+    }
+
+    fn answers(&self) -> bool {
+        self.life == Life::Running && !self.paused && !self.stalled
+    }
+}
+
+/// One cluster's data: its id, logs and producer id counter.
+#[derive(Debug)]
+struct Data {
+    cluster: String,
+    txn: BTreeMap<i32, Vec<TxnEntry>>,
+    topic: BTreeMap<i32, topic::Log>,
+    next_block: i64,
+}
+
+/// A record of `__transaction_state`: a role's pair and transaction state,
+/// or its tombstone.
+#[derive(Clone, Debug)]
+struct TxnEntry {
+    role: String,
+    value: Option<TxnValue>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TxnValue {
+    pid: i64,
+    epoch: i16,
+    state: &'static str,
+}
+
+#[derive(Debug)]
+struct State {
+    settings: Settings,
+    generation: u32,
+    data: Data,
+    meta: Vec<Meta>,
+    controller: View,
+    processes: Vec<Process>,
+    /// Per node, the process new connections reach.
+    current: BTreeMap<i32, usize>,
+    truth: Truth,
+    /// Roles whose transactions are kept open by a crashed member (their
+    /// producer ids), so timeouts can abort them.
+    dirty: bool,
+}
+
+/// A modelled cluster, shared by its broker hosts and the run that drives
+/// it.
+pub struct Model {
+    state: Mutex<State>,
+    /// Bumped at every change the answering processes may wait for.
+    changed: tokio::sync::watch::Sender<u64>,
+    /// The simulated time inside a host (the scripts' clock).
+    now: Arc<dyn Fn() -> Duration + Send + Sync>,
+    /// Every request answered: when, by which process, which API, and a
+    /// hash of its bytes (two runs of one seed answer the same).
+    requests: Mutex<Vec<(Duration, usize, i16, u64)>>,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model").finish_non_exhaustive()
+    }
+}
+
+/// Why a write of the model's members did not happen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotWritten(pub String);
+
+impl Model {
+    /// A cluster `cluster` of `settings.brokers`, every process running and
+    /// every partition led by its preferred replica at epoch 0; `now`
+    /// reads the simulated time inside a host.
+    pub fn new(
+        settings: Settings,
+        cluster: &str,
+        now: Arc<dyn Fn() -> Duration + Send + Sync>,
+    ) -> Arc<Model> {
+        let mut state = State {
+            generation: 0,
+            data: Data::empty(cluster, &settings),
+            meta: Vec::new(),
+            controller: View::default(),
+            processes: Vec::new(),
+            current: BTreeMap::new(),
+            truth: Truth::default(),
+            dirty: true,
+            settings,
+        };
+        state.boot(Duration::ZERO);
+        Arc::new(Model {
+            state: Mutex::new(state),
+            changed: tokio::sync::watch::Sender::new(0),
+            now,
+            requests: Mutex::default(),
+        })
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        let mut state = lock(&self.state);
+        let out = f(&mut state);
+        if std::mem::take(&mut state.dirty) {
+            self.changed.send_modify(|n| *n += 1);
+        }
+        out
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> Settings {
+        self.with(|s| s.settings.clone())
+    }
+
+    /// The controller's work up to `now`: heartbeats, fencing and the
+    /// leaderships of fenced brokers moved, registrations, unfencing,
+    /// metadata applied and logs copied by the processes that follow it,
+    /// timed-out transactions aborted. The run calls it before every step.
+    pub fn tick(&self, now: Duration) {
+        self.with(|s| s.tick(now));
+    }
+
+    /// The truth so far.
+    pub fn truth(&self) -> Truth {
+        self.with(|s| {
+            let mut truth = s.truth.clone();
+            truth.topics.extend(s.data.topic_truth());
+            truth
+        })
+    }
+
+    /// Every request answered so far: when, by which process, which API,
+    /// and a hash of its bytes.
+    pub fn requests(&self) -> Vec<(Duration, usize, i16, u64)> {
+        lock(&self.requests).clone()
+    }
+
+    /// The current cluster's id.
+    pub fn cluster_id(&self) -> String {
+        self.with(|s| s.data.cluster.clone())
+    }
+
+    /// The process new connections to `node` reach, and whether it may
+    /// answer yet (registered and caught up).
+    pub fn serving(&self, node: i32) -> (usize, bool) {
+        self.with(|s| {
+            let p = s.current[&node];
+            (p, s.processes[p].life == Life::Running)
+        })
+    }
+
+    /// Waits until the model changes (or `within` passes).
+    pub async fn changed(&self, within: Duration) {
+        let mut rx = self.changed.subscribe();
+        let _ = tokio::time::timeout(within, rx.changed()).await;
+    }
+
+    /// The script and gate of process `process` (`answers`).
+    pub fn process(self: &Arc<Self>, process: usize) -> (Script, Gate) {
+        (
+            answers::script(self.clone(), process),
+            answers::gate(self.clone(), process),
+        )
+    }
+
+    // ---- faults ----
+
+    /// Kills the node's process (kill -9; the run crashes its host).
+    pub fn kill(&self, node: i32) {
+        self.with(|s| {
+            let p = s.current[&node];
+            s.processes[p].life = Life::Dead;
+            s.dirty = true;
+        });
+    }
+
+    /// Starts a new process for `node` on the old one's data (a restart, or
+    /// a replacement host from a copy of its data folder); it registers once
+    /// the controller fenced the old one, and new connections reach it from
+    /// then on. The old one, if it still runs, keeps its connections.
+    pub fn start_again(&self, node: i32, now: Duration) {
+        self.with(|s| s.start_process(node, now));
+    }
+
+    /// SIGSTOP (`on`) or SIGCONT of the node's process; once running again
+    /// it catches up with the controller after `lag`.
+    pub fn pause(&self, node: i32, on: bool, lag: Duration, now: Duration) {
+        self.with(|s| {
+            let p = s.current[&node];
+            let process = &mut s.processes[p];
+            if process.paused && !on {
+                process.catch_up_at = Some(now + lag);
+            }
+            process.paused = on;
+            s.dirty = true;
+        });
+    }
+
+    /// The node's disk stalls (`on`) or thaws.
+    pub fn stall(&self, node: i32, on: bool) {
+        self.with(|s| {
+            let p = s.current[&node];
+            s.processes[p].stalled = on;
+            s.dirty = true;
+        });
+    }
+
+    /// Cuts the node's process off from the controller (`on`), or mends the
+    /// link. A process that was replaced meanwhile is shut down when it
+    /// reaches the controller again (a stale broker epoch).
+    pub fn cut(&self, node: i32, on: bool) {
+        self.with(|s| {
+            // Every process of the node still running: a replaced one is
+            // the one cut.
+            let running: Vec<usize> = (0..s.processes.len())
+                .filter(|&p| s.processes[p].node == node && s.processes[p].life != Life::Dead)
+                .collect();
+            let current = s.current[&node];
+            for p in running {
+                if on {
+                    s.processes[p].cut = p == current || s.processes[p].cut;
+                } else if p != current && s.processes[p].cut {
+                    s.processes[p].life = Life::Dead;
+                } else {
+                    s.processes[p].cut = false;
+                }
+            }
+            s.dirty = true;
+        });
+    }
+
+    /// A preferred leader election of every partition (`kafka-leader-election`,
+    /// auto leader rebalance).
+    pub fn elect_preferred(&self) {
+        self.with(|s| s.elect_preferred());
+    }
+
+    /// Moves the leadership of `part` to `node` (a reassignment, a
+    /// controlled shutdown), when it can lead.
+    pub fn move_leader(&self, part: Part, node: i32) {
+        self.with(|s| s.move_leader(part, node));
+    }
+
+    /// `role`'s coordinator moved to `node`, loaded, and minted a new pair
+    /// there, all at `now`: what happened while a host slept.
+    pub fn move_and_init(
+        &self,
+        role: &str,
+        node: i32,
+        now: Duration,
+    ) -> Result<(i64, i16), NotWritten> {
+        self.with(|s| {
+            let part = Part::Txn(s.txn_part(role));
+            s.move_leader(part, node);
+            s.tick(now);
+            for process in &mut s.processes {
+                if let Some((_, loaded)) = process.leading.get_mut(&part) {
+                    *loaded = (*loaded).min(now);
+                }
+            }
+            s.bump(role, now, "Empty", false)
+        })
+    }
+
+    /// Another cluster formatted behind the same addresses: a new id, no
+    /// record, every process new, producer ids from block 0 again. The run
+    /// stops the hosts before and starts them after.
+    pub fn replace_cluster(&self, cluster: &str, now: Duration) {
+        self.with(|s| {
+            let old = std::mem::replace(&mut s.data, Data::empty(cluster, &s.settings));
+            s.truth.topics.extend(old.topic_truth());
+            s.generation += 1;
+            for p in &mut s.processes {
+                p.life = Life::Dead;
+            }
+            s.meta.clear();
+            s.controller = View::default();
+            s.boot(now);
+        });
+    }
+
+    // ---- what the members do ----
+
+    /// InitProducerId for `role` at its coordinator: the epoch bumped, or a
+    /// fresh producer id from the coordinator's block (a role never
+    /// initialised, expired, or whose epoch is exhausted). The new pair.
+    pub fn init_producer_id(&self, role: &str, now: Duration) -> Result<(i64, i16), NotWritten> {
+        self.with(|s| s.bump(role, now, "Empty", false))
+    }
+
+    /// `role` initialised at its coordinator with a fresh producer id whose
+    /// epoch a holder already bumped to `epoch` (one near exhaustion, say).
+    pub fn init_worn(
+        &self,
+        role: &str,
+        epoch: i16,
+        now: Duration,
+    ) -> Result<(i64, i16), NotWritten> {
+        self.with(|s| {
+            s.expire(role, now)?;
+            let (pid, _) = s.bump(role, now, "Empty", false)?;
+            let p = s.txn_part(role);
+            let writer = s.writer(Part::Txn(p), now)?;
+            if let Some(log) = s.data.txn.get_mut(&p) {
+                log.push(TxnEntry {
+                    role: role.to_owned(),
+                    value: Some(TxnValue {
+                        pid,
+                        epoch,
+                        state: "CompleteCommit",
+                    }),
+                });
+            }
+            s.appended(Part::Txn(p), writer, now);
+            s.truth.held.push(Held {
+                at: now,
+                cluster: s.data.cluster.clone(),
+                role: role.to_owned(),
+                pair: Some((pid, epoch)),
+            });
+            Ok((pid, epoch))
+        })
+    }
+
+    /// A transaction-version-2 commit by `role`'s holder: the epoch bumped
+    /// (a fresh producer id once exhausted). The new pair.
+    pub fn commit_tv2(&self, role: &str, now: Duration) -> Result<(i64, i16), NotWritten> {
+        self.with(|s| s.bump(role, now, "CompleteCommit", true))
+    }
+
+    /// `role`'s transactional id expires (vacant longer than
+    /// `transactional.id.expiration.ms`).
+    pub fn expire(&self, role: &str, now: Duration) -> Result<(), NotWritten> {
+        self.with(|s| s.expire(role, now))
+    }
+
+    /// The role's current pair, as the coordinator's log holds it.
+    pub fn current(&self, role: &str) -> Option<(i64, i16)> {
+        self.with(|s| {
+            s.data
+                .current(s.settings.txn_partitions, role)
+                .map(|v| (v.pid, v.epoch))
+        })
+    }
+
+    /// Writes a record of `role` to the coordination topic outside any
+    /// transaction (a registration), at the partition's leader.
+    pub fn write(
+        &self,
+        role: &str,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+        now: Duration,
+    ) -> Result<i64, NotWritten> {
+        self.with(|s| {
+            let p = s.topic_part(role);
+            let leader = s.writer(Part::Topic(p), now)?;
+            let log = s
+                .data
+                .topic
+                .get_mut(&p)
+                .ok_or_else(|| NotWritten("no such partition".into()))?;
+            let offset = log.append(role, key.into(), value.map(Bytes::from));
+            s.appended(Part::Topic(p), leader, now);
+            Ok(offset)
+        })
+    }
+
+    /// Writes a record of `role` in the transaction of its current pair
+    /// (begun by it, or continued), at the partition's leader.
+    pub fn write_in_transaction(
+        &self,
+        role: &str,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+        now: Duration,
+    ) -> Result<i64, NotWritten> {
+        self.with(|s| {
+            let pair = s
+                .data
+                .current(s.settings.txn_partitions, role)
+                .map(|v| (v.pid, v.epoch))
+                .ok_or_else(|| NotWritten(format!("{role} has no producer id")))?;
+            let p = s.topic_part(role);
+            let leader = s.writer(Part::Topic(p), now)?;
+            let log = s
+                .data
+                .topic
+                .get_mut(&p)
+                .ok_or_else(|| NotWritten("no such partition".into()))?;
+            if log.open.get(&pair.0).is_some_and(|o| o.epoch != pair.1) {
+                return Err(NotWritten(
+                    "fenced: the open transaction is of another epoch".into(),
+                ));
+            }
+            let offset = log.append_txn(role, pair, key.into(), value.map(Bytes::from), now);
+            s.appended(Part::Topic(p), leader, now);
+            Ok(offset)
+        })
+    }
+
+    /// Ends `role`'s open transaction: COMMIT or ABORT (EndTxn, TV1: the
+    /// pair stays).
+    pub fn end_transaction(
+        &self,
+        role: &str,
+        commit: bool,
+        now: Duration,
+    ) -> Result<i64, NotWritten> {
+        self.with(|s| {
+            let pair = s
+                .data
+                .current(s.settings.txn_partitions, role)
+                .map(|v| (v.pid, v.epoch))
+                .ok_or_else(|| NotWritten(format!("{role} has no producer id")))?;
+            let p = s.topic_part(role);
+            let leader = s.writer(Part::Topic(p), now)?;
+            s.writer(Part::Txn(s.txn_part(role)), now)?;
+            let log = s
+                .data
+                .topic
+                .get_mut(&p)
+                .ok_or_else(|| NotWritten("no such partition".into()))?;
+            if log.open.get(&pair.0).is_none_or(|o| o.epoch != pair.1) {
+                return Err(NotWritten("no open transaction of the current pair".into()));
+            }
+            let offset = log
+                .end(pair.0, pair.1, commit)
+                .ok_or_else(|| NotWritten("nothing open".into()))?;
+            s.appended(Part::Topic(p), leader, now);
+            Ok(offset)
+        })
+    }
+
+    /// Compacts the coordination topic's partition `partition`.
+    pub fn compact(&self, partition: i32, now: Duration) {
+        self.with(|s| {
+            if let Some(log) = s.data.topic.get_mut(&partition) {
+                log.compact();
+                log.refresh_visible(now);
+                s.dirty = true;
+            }
+        });
+    }
+
+    /// The partition of the coordination topic that holds `role`.
+    pub fn topic_partition(&self, role: &str) -> i32 {
+        self.with(|s| s.topic_part(role))
+    }
+
+    /// The partition of `__transaction_state` that holds `role`.
+    pub fn txn_partition(&self, role: &str) -> i32 {
+        self.with(|s| s.txn_part(role))
+    }
+
+    /// The node leading `part` as the controller has it, at which epoch.
+    pub fn leader(&self, part: Part) -> Option<(i32, i32)> {
+        self.with(|s| s.controller.leader(part).map(|l| (l.leader, l.epoch)))
+    }
+}
+
+impl Data {
+    fn empty(cluster: &str, settings: &Settings) -> Data {
+        Data {
+            cluster: cluster.to_owned(),
+            txn: (0..settings.txn_partitions)
+                .map(|p| (p, Vec::new()))
+                .collect(),
+            topic: (0..settings.topic_partitions)
+                .map(|p| (p, topic::Log::default()))
+                .collect(),
+            next_block: 0,
+        }
+    }
+
+    /// The role's latest record in `__transaction_state`.
+    fn current(&self, partitions: i32, role: &str) -> Option<TxnValue> {
+        let p = crate::describe::partition_for(role, partitions as usize) as i32;
+        latest(&self.txn[&p], self.txn[&p].len(), role)
+    }
+
+    fn topic_truth(&self) -> Vec<TopicTruth> {
+        self.topic
+            .iter()
+            .map(|(p, log)| TopicTruth {
+                cluster: self.cluster.clone(),
+                partition: *p,
+                visible: log.visible.clone(),
+            })
+            .collect()
+    }
+}
+
+/// The latest value of `role` in the prefix `log[..len]`.
+fn latest(log: &[TxnEntry], len: usize, role: &str) -> Option<TxnValue> {
+    log[..len.min(log.len())]
+        .iter()
+        .rev()
+        .find(|e| e.role == role)
+        .and_then(|e| e.value)
+}
+
+impl State {
+    fn txn_part(&self, role: &str) -> i32 {
+        crate::describe::partition_for(role, self.settings.txn_partitions as usize) as i32
+    }
+
+    fn topic_part(&self, role: &str) -> i32 {
+        krabka_coordination::role_partition(role, self.settings.topic_partitions).unwrap_or(0)
+    }
+
+    fn parts(&self) -> Vec<Part> {
+        (0..self.settings.txn_partitions)
+            .map(Part::Txn)
+            .chain((0..self.settings.topic_partitions).map(Part::Topic))
+            .collect()
+    }
+
+    fn nodes(&self) -> Vec<i32> {
+        self.settings.brokers.iter().map(|(id, _)| *id).collect()
+    }
+
+    /// The preferred replica of `part` (the first of its assignment).
+    fn preferred(&self, part: Part) -> i32 {
+        let nodes = self.nodes();
+        let i = match part {
+            Part::Txn(p) => p as usize,
+            Part::Topic(p) => p as usize + 1,
+        };
+        nodes[i % nodes.len()]
+    }
+
+    /// A fresh cluster: a running process per node, every partition led by
+    /// its preferred replica at epoch 0.
+    fn boot(&mut self, now: Duration) {
+        for node in self.nodes() {
+            let id = self.processes.len();
+            self.processes.push(Process {
+                node,
+                life: Life::Running,
+                paused: false,
+                stalled: false,
+                cut: false,
+                catch_up_at: None,
+                view: View::default(),
+                known: self.parts().into_iter().map(|p| (p, 0)).collect(),
+                leading: BTreeMap::new(),
+                block: None,
+                last_heartbeat: now,
+                fenced_at: now,
+            });
+            self.current.insert(node, id);
+            self.meta.push(Meta::Register { node, process: id });
+            self.meta.push(Meta::Unfence { node, process: id });
+        }
+        for part in self.parts() {
+            let leader = self.preferred(part);
+            self.meta.push(Meta::Leader {
+                part,
+                leader,
+                epoch: 0,
+                isr: self.nodes(),
+            });
+        }
+        self.controller.advance(&self.meta);
+        for p in 0..self.processes.len() {
+            if self.processes[p].life == Life::Running {
+                let mut view = self.processes[p].view.clone();
+                view.advance(&self.meta);
+                self.processes[p].view = view;
+                self.note_leading(p, Duration::ZERO);
+            }
+        }
+        self.truth.clusters.push((now, self.data.cluster.clone()));
+        self.dirty = true;
+    }
+
+    fn append_meta(&mut self, record: Meta) {
+        self.meta.push(record);
+        self.controller.advance(&self.meta);
+        self.dirty = true;
+    }
+
+    /// Notes the partitions process `p` leads in its view, loaded at
+    /// `loaded` (a coordinator loads a partition it newly leads).
+    fn note_leading(&mut self, p: usize, loaded: Duration) {
+        let node = self.processes[p].node;
+        let led: Vec<(Part, i32)> = self.processes[p]
+            .view
+            .leaders
+            .iter()
+            .filter(|(_, l)| l.leader == node)
+            .map(|(part, l)| (*part, l.epoch))
+            .collect();
+        let process = &mut self.processes[p];
+        process
+            .leading
+            .retain(|part, _| led.iter().any(|(q, _)| q == part));
+        for (part, epoch) in led {
+            match process.leading.get(&part) {
+                Some((e, _)) if *e == epoch => {}
+                _ => {
+                    process.leading.insert(part, (epoch, loaded));
+                }
+            }
+        }
+    }
+
+    fn start_process(&mut self, node: i32, now: Duration) {
+        let old = self.current[&node];
+        let id = self.processes.len();
+        let mut process = self.processes[old].clone();
+        process.life = Life::Starting;
+        process.paused = false;
+        process.stalled = false;
+        process.cut = false;
+        process.catch_up_at = None;
+        process.view = View::default();
+        process.leading = BTreeMap::new();
+        process.block = None;
+        process.last_heartbeat = now;
+        self.processes.push(process);
+        self.current.insert(node, id);
+        self.dirty = true;
+    }
+
+    /// The process that may write `part` now: the controller's leader of
+    /// it, running, not paused or stalled, its own view agreeing, the
+    /// partition loaded.
+    fn writer(&self, part: Part, now: Duration) -> Result<usize, NotWritten> {
+        let lead = self
+            .controller
+            .leader(part)
+            .filter(|l| l.leader >= 0)
+            .ok_or_else(|| NotWritten(format!("{part:?} has no leader")))?;
+        let reg = self
+            .controller
+            .brokers
+            .get(&lead.leader)
+            .filter(|r| !r.fenced)
+            .ok_or_else(|| NotWritten(format!("{part:?}: its leader is fenced")))?;
+        let process = &self.processes[reg.process];
+        if !process.answers() {
+            return Err(NotWritten(format!("{part:?}: its leader does not run")));
+        }
+        match process.leading.get(&part) {
+            Some((epoch, loaded)) if *epoch == lead.epoch => {
+                if matches!(part, Part::Txn(_)) && now < *loaded {
+                    return Err(NotWritten(format!("{part:?}: loading")));
+                }
+                Ok(reg.process)
+            }
+            _ => Err(NotWritten(format!(
+                "{part:?}: its leader has not applied it"
+            ))),
+        }
+    }
+
+    /// After an append to `part` at `writer`: every process that copies the
+    /// controller's leaders holds it too.
+    fn appended(&mut self, part: Part, writer: usize, now: Duration) {
+        let len = match part {
+            Part::Txn(p) => self.data.txn[&p].len(),
+            Part::Topic(p) => self.data.topic[&p].len(),
+        };
+        for (i, process) in self.processes.iter_mut().enumerate() {
+            if i == writer || (process.replicates() && self.current.get(&process.node) == Some(&i))
+            {
+                process.known.insert(part, len);
+            }
+        }
+        if let Part::Topic(p) = part
+            && let Some(log) = self.data.topic.get_mut(&p)
+        {
+            log.refresh_visible(now);
+        }
+        self.dirty = true;
+    }
+
+    fn draw_producer_id(&mut self, process: usize) -> i64 {
+        const BLOCK: i64 = 1000;
+        let block = match self.processes[process].block {
+            Some((next, end)) if next < end => (next, end),
+            _ => {
+                let start = self.data.next_block * BLOCK;
+                self.data.next_block += 1;
+                (start, start + BLOCK)
+            }
+        };
+        self.processes[process].block = Some((block.0 + 1, block.1));
+        block.0
+    }
+
+    fn bump(
+        &mut self,
+        role: &str,
+        now: Duration,
+        state: &'static str,
+        commit: bool,
+    ) -> Result<(i64, i16), NotWritten> {
+        let p = self.txn_part(role);
+        let writer = self.writer(Part::Txn(p), now)?;
+        let current = self.data.current(self.settings.txn_partitions, role);
+        // A commit's bump that would reach the exhausted epoch takes a new
+        // producer id (KIP-890); InitProducerId rotates away from it.
+        let rotate = current.is_none_or(|v| {
+            if commit {
+                v.epoch >= EXHAUSTED_EPOCH - 1
+            } else {
+                v.epoch >= EXHAUSTED_EPOCH
+            }
+        });
+        let pair = match current {
+            Some(v) if !rotate => (v.pid, v.epoch + 1),
+            _ => (self.draw_producer_id(writer), 0),
+        };
+        self.data.txn.get_mut(&p).map(|log| {
+            log.push(TxnEntry {
+                role: role.to_owned(),
+                value: Some(TxnValue {
+                    pid: pair.0,
+                    epoch: pair.1,
+                    state,
+                }),
+            })
+        });
+        self.appended(Part::Txn(p), writer, now);
+        self.truth.held.push(Held {
+            at: now,
+            cluster: self.data.cluster.clone(),
+            role: role.to_owned(),
+            pair: Some(pair),
+        });
+        Ok(pair)
+    }
+
+    fn expire(&mut self, role: &str, now: Duration) -> Result<(), NotWritten> {
+        let p = self.txn_part(role);
+        let writer = self.writer(Part::Txn(p), now)?;
+        if self
+            .data
+            .current(self.settings.txn_partitions, role)
+            .is_none()
+        {
+            return Ok(());
+        }
+        self.data.txn.get_mut(&p).map(|log| {
+            log.push(TxnEntry {
+                role: role.to_owned(),
+                value: None,
+            })
+        });
+        self.appended(Part::Txn(p), writer, now);
+        self.truth.held.push(Held {
+            at: now,
+            cluster: self.data.cluster.clone(),
+            role: role.to_owned(),
+            pair: None,
+        });
+        Ok(())
+    }
+
+    /// Whether `node`'s current process can take over `part` now: it runs,
+    /// follows the controller, is registered unfenced, and holds the whole
+    /// log (in the ISR).
+    fn can_lead(&self, part: Part, node: i32) -> bool {
+        let Some(reg) = self.controller.brokers.get(&node).filter(|r| !r.fenced) else {
+            return false;
+        };
+        let process = &self.processes[reg.process];
+        let len = match part {
+            Part::Txn(p) => self.data.txn[&p].len(),
+            Part::Topic(p) => self.data.topic[&p].len(),
+        };
+        process.replicates() && process.known.get(&part).copied().unwrap_or(0) >= len
+    }
+
+    fn lead(&mut self, part: Part, leader: i32) {
+        let epoch = self.controller.leader(part).map_or(0, |l| l.epoch + 1);
+        let isr: Vec<i32> = self
+            .nodes()
+            .into_iter()
+            .filter(|&n| n == leader || self.can_lead(part, n))
+            .collect();
+        self.append_meta(Meta::Leader {
+            part,
+            leader,
+            epoch,
+            isr,
+        });
+    }
+
+    /// A new leader for `part` other than `not`, the next node after it
+    /// that can lead; none (-1) when no node can.
+    fn elect(&mut self, part: Part, not: i32) {
+        let nodes = self.nodes();
+        let start = nodes.iter().position(|&n| n == not).map_or(0, |i| i + 1);
+        let next = (0..nodes.len())
+            .map(|k| nodes[(start + k) % nodes.len()])
+            .find(|&n| n != not && self.can_lead(part, n));
+        match next {
+            Some(n) => self.lead(part, n),
+            None if self.controller.leader(part).is_some_and(|l| l.leader != -1) => {
+                self.lead(part, -1)
+            }
+            None => {}
+        }
+    }
+
+    fn elect_preferred(&mut self) {
+        for part in self.parts() {
+            let preferred = self.preferred(part);
+            let leader = self.controller.leader(part).map(|l| l.leader);
+            if leader != Some(preferred) && self.can_lead(part, preferred) {
+                self.lead(part, preferred);
+            }
+        }
+    }
+
+    fn move_leader(&mut self, part: Part, node: i32) {
+        let leader = self.controller.leader(part).map(|l| l.leader);
+        if leader != Some(node) && self.can_lead(part, node) {
+            self.lead(part, node);
+        }
+    }
+
+    fn tick(&mut self, now: Duration) {
+        let settings = self.settings.clone();
+        // Heartbeats, and the end of a paused process's catching up.
+        for process in &mut self.processes {
+            if process.life == Life::Running && !process.paused && !process.cut {
+                process.last_heartbeat = now;
+            }
+            if process.catch_up_at.is_some_and(|at| at <= now) {
+                process.catch_up_at = None;
+                self.dirty = true;
+            }
+        }
+        // Registrations: a starting process once its node's registered one
+        // is fenced.
+        for p in 0..self.processes.len() {
+            if self.processes[p].life != Life::Starting {
+                continue;
+            }
+            let node = self.processes[p].node;
+            let free = self
+                .controller
+                .brokers
+                .get(&node)
+                .is_none_or(|r| r.fenced || r.process == p);
+            if free {
+                self.append_meta(Meta::Register { node, process: p });
+                let mut view = View::default();
+                view.advance(&self.meta);
+                let process = &mut self.processes[p];
+                process.view = view;
+                process.life = Life::Running;
+                process.fenced_at = now;
+                self.note_leading(p, now + settings.load);
+            }
+        }
+        // Fencing: a registered process silent past the session timeout,
+        // its leaderships moved.
+        let registered: Vec<(i32, Registration)> = self
+            .controller
+            .brokers
+            .iter()
+            .map(|(n, r)| (*n, *r))
+            .collect();
+        for (node, reg) in &registered {
+            let process = &self.processes[reg.process];
+            // A killed process too: only its silence tells the controller.
+            let silent = now.saturating_sub(process.last_heartbeat) > settings.session_timeout;
+            if !reg.fenced && silent {
+                self.append_meta(Meta::Fence {
+                    node: *node,
+                    process: reg.process,
+                });
+                self.processes[reg.process].fenced_at = now;
+                for part in self.parts() {
+                    if self
+                        .controller
+                        .leader(part)
+                        .is_some_and(|l| l.leader == *node)
+                    {
+                        self.elect(part, *node);
+                    }
+                }
+            }
+        }
+        // Metadata applied and logs copied by the processes that follow the
+        // controller (within the tick: milliseconds).
+        for p in 0..self.processes.len() {
+            if !self.processes[p].follows_controller() {
+                continue;
+            }
+            if self.processes[p].view.applied < self.meta.len() {
+                let mut view = std::mem::take(&mut self.processes[p].view);
+                view.advance(&self.meta);
+                self.processes[p].view = view;
+                self.note_leading(p, now + settings.load);
+                self.dirty = true;
+            }
+            let node = self.processes[p].node;
+            if self.processes[p].replicates() && self.current.get(&node) == Some(&p) {
+                for part in self.parts() {
+                    let len = match part {
+                        Part::Txn(i) => self.data.txn[&i].len(),
+                        Part::Topic(i) => self.data.topic[&i].len(),
+                    };
+                    if self.processes[p].known.get(&part) != Some(&len) {
+                        self.processes[p].known.insert(part, len);
+                        self.dirty = true;
+                    }
+                }
+            }
+        }
+        // Unfencing: a fenced process that heartbeats again and caught up.
+        let registered: Vec<(i32, Registration)> = self
+            .controller
+            .brokers
+            .iter()
+            .map(|(n, r)| (*n, *r))
+            .collect();
+        for (node, reg) in registered {
+            let process = &self.processes[reg.process];
+            if reg.fenced
+                && process.follows_controller()
+                && process.view.applied == self.meta.len()
+                && now >= process.fenced_at + settings.heartbeat
+            {
+                self.append_meta(Meta::Unfence {
+                    node,
+                    process: reg.process,
+                });
+            }
+        }
+        // Partitions without a leader get one once a replica can lead.
+        for part in self.parts() {
+            if self.controller.leader(part).is_some_and(|l| l.leader == -1) {
+                self.elect(part, -1);
+            }
+        }
+        // Transactions left open past the timeout: the coordinator aborts
+        // them, bumping the epoch.
+        let mut timed_out = Vec::new();
+        for (p, log) in &self.data.topic {
+            for (pid, open) in &log.open {
+                if now >= open.since + settings.transaction_timeout {
+                    timed_out.push((*p, *pid, open.role.clone(), open.epoch));
+                }
+            }
+        }
+        for (p, pid, role, epoch) in timed_out {
+            let Ok(topic_writer) = self.writer(Part::Topic(p), now) else {
+                continue;
+            };
+            let current = self.data.current(settings.txn_partitions, &role);
+            let bumped = match current {
+                Some(v) if v.pid == pid && v.epoch == epoch => {
+                    match self.bump(&role, now, "CompleteAbort", false) {
+                        Ok(pair) if pair.0 == pid => pair.1,
+                        Ok(_) => epoch,
+                        Err(_) => continue,
+                    }
+                }
+                _ => epoch,
+            };
+            if let Some(log) = self.data.topic.get_mut(&p) {
+                log.end(pid, bumped, false);
+            }
+            self.appended(Part::Topic(p), topic_writer, now);
+        }
+    }
+}

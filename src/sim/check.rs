@@ -1,0 +1,398 @@
+//! The checker: reads a whole history against the model's truth.
+//!
+//! - **200s.** Every `authoritative` (the service's 200, the CLI's exit 0)
+//!   names a pair that was the role's current pair, in the cluster the
+//!   answer names, at some instant between the request's sending and its
+//!   answer's arrival.
+//! - **409s.** No verdict names a cluster that was not the one behind the
+//!   addresses at some instant of its request, nor a `current` pair that was
+//!   not current then, nor a `supersededBy` pair the role never held there;
+//!   `superseded` is said only of a token that is over (an earlier epoch of
+//!   a producer id the role held, or a producer id it moved on from),
+//!   `vacant` only when nobody held the role at some instant, `unknown`
+//!   never of a token current throughout.
+//! - **Views.** No view claims to be younger than it is: its `ageMs` is at
+//!   least the time since its partition first held a record (visible to a
+//!   committed reader) past the view's offset, as of the request's sending.
+//! - **Streams.** Every stream delivers every change of its role in order,
+//!   or says `reset`: between two changes it delivered, the role's partition
+//!   made no change of the role visible that it did not deliver.
+//! - **After the faults heal.** Every check sent [`BOUND`] after the quiet
+//!   began is answered, with the verdict the truth gives.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use super::history::{Answer, Check, History, StreamEvent};
+use super::schedule::{Event, Plan};
+use super::world::Run;
+use crate::coordination::role_partition;
+use crate::kafka::fake::model::Truth;
+
+/// How long after the faults healed every check must be answered right:
+/// a broker's session timeout (9 s, after which a dead coordinator's roles
+/// move) and a coordinator lookup's backoffs fit in it.
+pub(super) const BOUND: Duration = Duration::from_secs(12);
+
+/// How much below its true age a view's `ageMs` may be: the milliseconds
+/// it is rounded to, both ways.
+const AGE_SLACK_MS: i64 = 2;
+
+/// One broken invariant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Violation {
+    pub(super) kind: &'static str,
+    pub(super) detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind, self.detail)
+    }
+}
+
+type Pair = (i64, i16);
+
+/// The truth, indexed: per cluster and role, every pair in order; when each
+/// cluster answered.
+struct Timelines<'a> {
+    held: BTreeMap<(&'a str, &'a str), Vec<(Duration, Option<Pair>)>>,
+    clusters: &'a [(Duration, String)],
+}
+
+impl<'a> Timelines<'a> {
+    fn new(truth: &'a Truth) -> Timelines<'a> {
+        let mut held: BTreeMap<(&str, &str), Vec<(Duration, Option<Pair>)>> = BTreeMap::new();
+        for h in &truth.held {
+            held.entry((h.cluster.as_str(), h.role.as_str()))
+                .or_default()
+                .push((h.at, h.pair));
+        }
+        Timelines {
+            held,
+            clusters: &truth.clusters,
+        }
+    }
+
+    /// When `cluster` was the one behind the addresses: from its start to
+    /// the next one's.
+    fn live(&self, cluster: &str) -> Option<(Duration, Duration)> {
+        let i = self.clusters.iter().position(|(_, c)| c == cluster)?;
+        let end = self
+            .clusters
+            .get(i + 1)
+            .map_or(Duration::MAX, |(at, _)| *at);
+        Some((self.clusters[i].0, end))
+    }
+
+    /// `cluster`'s live span within `[from, to]`, if they meet.
+    fn within(&self, cluster: &str, from: Duration, to: Duration) -> Option<(Duration, Duration)> {
+        let (start, end) = self.live(cluster)?;
+        let (from, to) = (from.max(start), to.min(end));
+        (from <= to).then_some((from, to))
+    }
+
+    /// The pairs `role` held in `cluster` at some instant of `[from, to]`
+    /// (`None`: nobody).
+    fn current(
+        &self,
+        cluster: &str,
+        role: &str,
+        from: Duration,
+        to: Duration,
+    ) -> Vec<Option<Pair>> {
+        let line = self
+            .held
+            .get(&(cluster, role))
+            .map_or(&[][..], Vec::as_slice);
+        let before = line.iter().rev().find(|(at, _)| *at <= from);
+        let mut pairs = vec![before.and_then(|(_, p)| *p)];
+        pairs.extend(
+            line.iter()
+                .filter(|(at, _)| *at > from && *at <= to)
+                .map(|(_, p)| *p),
+        );
+        pairs
+    }
+
+    /// Every pair `role` held in `cluster` up to `to`.
+    fn held_until(&self, cluster: &str, role: &str, to: Duration) -> Vec<Pair> {
+        self.held
+            .get(&(cluster, role))
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .filter(|(at, _)| *at <= to)
+            .filter_map(|(_, p)| *p)
+            .collect()
+    }
+}
+
+fn show(pair: Option<Pair>) -> String {
+    pair.map_or("none".into(), |(id, epoch)| format!("{id}:{epoch}"))
+}
+
+fn describe(check: &Check) -> String {
+    format!(
+        "{:?} check of {} {} sent {:.3}s, answered {:.3}s: {:?}",
+        check.asker,
+        check.role,
+        show(Some(check.token)),
+        check.sent.as_secs_f64(),
+        check.received.as_secs_f64(),
+        check.answer
+    )
+}
+
+/// The verdicts the truth allows for `token` when the role's pair is
+/// `current`: authoritative, superseded, unknown or vacant.
+fn allowed(token: Pair, current: Option<Pair>, held_before: &[Pair]) -> &'static [&'static str] {
+    match current {
+        None => &["vacant"],
+        Some(c) if c == token => &["authoritative"],
+        Some(c) if c.0 == token.0 && token.1 < c.1 => &["superseded"],
+        Some(c) if c.0 == token.0 => &["unknown"],
+        // Another producer id: superseded when the role held it (and the
+        // service saw it), unknown otherwise.
+        Some(_) if held_before.iter().any(|p| p.0 == token.0) => &["superseded", "unknown"],
+        Some(_) => &["unknown"],
+    }
+}
+
+/// Every broken invariant of `run`.
+pub(super) fn check(plan: &Plan, run: &Run) -> Vec<Violation> {
+    let lines = Timelines::new(&run.truth);
+    let mut found = Vec::new();
+    let quiet = plan
+        .events
+        .iter()
+        .filter(|e| !is_member_event(&e.event))
+        .map(|e| e.at)
+        .max()
+        .unwrap_or_default()
+        .max(plan.quiet_from);
+    for check in &run.history.checks {
+        check_answer(&lines, check, &mut found);
+        if check.sent >= quiet + BOUND {
+            check_settled(&lines, check, &mut found);
+        }
+    }
+    check_views(&run.history, &run.truth, &lines, &mut found);
+    check_streams(&run.history, &run.truth, &mut found);
+    found
+}
+
+fn is_member_event(event: &Event) -> bool {
+    matches!(
+        event,
+        Event::Init { .. }
+            | Event::Commit { .. }
+            | Event::Expire { .. }
+            | Event::Register { .. }
+            | Event::Deregister { .. }
+            | Event::Lease { .. }
+            | Event::Resign { .. }
+            | Event::Compact { .. }
+    )
+}
+
+fn check_answer(lines: &Timelines<'_>, check: &Check, found: &mut Vec<Violation>) {
+    let Answer::Verdict { verdict, .. } = &check.answer else {
+        return;
+    };
+    let mut broken = |kind: &'static str| {
+        found.push(Violation {
+            kind,
+            detail: describe(check),
+        })
+    };
+    let Some((from, to)) = lines.within(&verdict.cluster, check.sent, check.received) else {
+        broken("a verdict of a cluster not behind the addresses during its request");
+        return;
+    };
+    let pairs = lines.current(&verdict.cluster, check.role, from, to);
+    let token = Some(check.token);
+    match verdict.verdict.as_str() {
+        "authoritative" => {
+            if !pairs.contains(&token) {
+                broken("authoritative for a pair not current during its request");
+            }
+        }
+        "vacant" => {
+            if !pairs.contains(&None) {
+                broken("vacant while the role was held throughout its request");
+            }
+        }
+        "unknown" => {
+            if pairs.iter().all(|p| *p == token) {
+                broken("unknown for the pair current throughout its request");
+            }
+        }
+        "superseded" => {
+            let held = lines.held_until(&verdict.cluster, check.role, to);
+            let over = held
+                .iter()
+                .any(|p| p.0 == check.token.0 && p.1 > check.token.1)
+                || held
+                    .iter()
+                    .position(|p| p.0 == check.token.0)
+                    .is_some_and(|i| held[i..].iter().any(|p| p.0 != check.token.0));
+            if !over || pairs.iter().all(|p| *p == token) {
+                broken("superseded for a token that was not over");
+            }
+            if let Some(by) = verdict.superseded_by
+                && !held.contains(&by)
+            {
+                broken("superseded by a pair the role never held there");
+            }
+        }
+        _ => broken("a verdict the contract does not have"),
+    }
+    if let Some(current) = verdict.current
+        && !verdict.cached
+        && !pairs.contains(&Some(current))
+    {
+        broken("a current pair that was not current during its request");
+    }
+}
+
+fn check_settled(lines: &Timelines<'_>, check: &Check, found: &mut Vec<Violation>) {
+    let Answer::Verdict { verdict, .. } = &check.answer else {
+        found.push(Violation {
+            kind: "unanswered after the faults healed",
+            detail: describe(check),
+        });
+        return;
+    };
+    let Some((from, to)) = lines.within(&verdict.cluster, check.sent, check.received) else {
+        return;
+    };
+    let pairs = lines.current(&verdict.cluster, check.role, from, to);
+    let held = lines.held_until(&verdict.cluster, check.role, from);
+    let right = pairs
+        .iter()
+        .any(|p| allowed(check.token, *p, &held).contains(&verdict.verdict.as_str()));
+    if !right {
+        found.push(Violation {
+            kind: "a wrong verdict after the faults healed",
+            detail: describe(check),
+        });
+    }
+}
+
+/// The visible records of each partition of each cluster: (offset, since).
+fn visible(truth: &Truth) -> BTreeMap<(&str, i32), Vec<(i64, Duration, &str)>> {
+    let mut out: BTreeMap<(&str, i32), Vec<(i64, Duration, &str)>> = BTreeMap::new();
+    for t in &truth.topics {
+        out.entry((t.cluster.as_str(), t.partition))
+            .or_default()
+            .extend(t.visible.iter().map(|v| (v.offset, v.at, v.role.as_str())));
+    }
+    out
+}
+
+fn check_views(
+    history: &History,
+    truth: &Truth,
+    lines: &Timelines<'_>,
+    found: &mut Vec<Violation>,
+) {
+    let visible = visible(truth);
+    for view in &history.views {
+        let (Some(offset), Some(age_ms)) = (view.offset, view.age_ms) else {
+            continue;
+        };
+        // The cluster behind the addresses throughout the request.
+        let cluster = lines
+            .clusters
+            .iter()
+            .find(|(_, c)| lines.within(c, view.sent, view.sent).is_some());
+        let Some((_, cluster)) = cluster else {
+            continue;
+        };
+        if lines
+            .within(cluster, view.received, view.received)
+            .is_none()
+        {
+            continue;
+        }
+        let partition = role_partition(view.role, 2).unwrap_or(0);
+        let newer = visible
+            .get(&(cluster.as_str(), partition))
+            .into_iter()
+            .flatten()
+            .filter(|(o, at, _)| *o >= offset && *at <= view.sent)
+            .map(|(_, at, _)| *at)
+            .min();
+        if let Some(since) = newer {
+            let true_ms = crate::time::millis(view.sent - since);
+            if age_ms + AGE_SLACK_MS < true_ms {
+                found.push(Violation {
+                    kind: "a view younger than it is",
+                    detail: format!(
+                        "view of {} at offset {offset} sent {:.3}s says {age_ms} ms old; its partition held a newer record from {:.3}s on ({true_ms} ms)",
+                        view.role,
+                        view.sent.as_secs_f64(),
+                        since.as_secs_f64()
+                    ),
+                });
+            }
+        }
+    }
+}
+
+fn check_streams(history: &History, truth: &Truth, found: &mut Vec<Violation>) {
+    let visible = visible(truth);
+    let mut by_role: BTreeMap<&str, Vec<&StreamEvent>> = BTreeMap::new();
+    for e in &history.events {
+        by_role.entry(e.role).or_default().push(e);
+    }
+    for (role, events) in by_role {
+        let partition = role_partition(role, 2).unwrap_or(0);
+        // Where the stream stands: the cluster and the last offset it
+        // delivered (or that its snapshot included).
+        let mut at: Option<(String, i64)> = None;
+        for e in events {
+            let (Some(offset), Some(cluster)) = (e.offset, e.cluster.clone()) else {
+                if e.kind != "snapshot" && e.kind != "reset" {
+                    found.push(Violation {
+                        kind: "an event without its offset and cluster",
+                        detail: format!("{e:?}"),
+                    });
+                }
+                continue;
+            };
+            if e.kind == "snapshot" || e.kind == "reset" {
+                at = Some((cluster, offset));
+                continue;
+            }
+            match &at {
+                Some((c, last)) if *c == cluster => {
+                    let missed: Vec<i64> = visible
+                        .get(&(cluster.as_str(), partition))
+                        .into_iter()
+                        .flatten()
+                        .filter(|(o, _, r)| *r == role && *o > *last && *o < offset)
+                        .map(|(o, _, _)| *o)
+                        .collect();
+                    if offset <= *last || !missed.is_empty() {
+                        found.push(Violation {
+                            kind: "a stream that missed a change without a reset",
+                            detail: format!(
+                                "stream {} of {role}: after offset {last}, {} at {offset} (received {:.3}s); changes at {missed:?} not delivered",
+                                e.stream,
+                                e.kind,
+                                e.received.as_secs_f64()
+                            ),
+                        });
+                    }
+                }
+                _ => found.push(Violation {
+                    kind: "a stream event of another cluster without a reset",
+                    detail: format!("stream {} of {role}: {e:?} after {at:?}", e.stream),
+                }),
+            }
+            at = Some((cluster, offset));
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! The simulation tier: the service, its Kafka client and the `check`
+//! subcommand's path run unchanged on simulated hosts, with simulated time
+//! and network (tokio-rs/turmoil: every host a current-thread runtime with
+//! paused time, all on one thread), against a modelled Kafka cluster
+//! (`krabka_kafka::fake::model`: brokers that answer the protocol from what
+//! they know, as real ones do), under a schedule of faults drawn from a seed
+//! ([`schedule`]). The checker ([`check`]) reads the whole history against
+//! the model's truth.
+//!
+//! One seed gives one history: the schedule, turmoil's network and host
+//! order, the Kafka client's random draws (`krabka_kafka::host`) and
+//! tokio's own (built with `--cfg tokio_unstable`, `.cargo/config.toml`:
+//! turmoil seeds each runtime) all come from it, and nothing reads the
+//! real clock. A failure prints the seed, its schedule, what broke, and
+//! the command that replays it (`scripts/test --sim-seed SEED`).
+//!
+//! The fast tier runs [`FAST_SEEDS`] seeds; `scripts/test --sim N` runs N
+//! more (from `KRABKA_SIM_FIRST`, else from a seed drawn at random), and
+//! each bug the tier found keeps its seed in [`REGRESSIONS`]. What it covers
+//! and what only the real-broker tiers show: docs/trust.md.
+
+mod check;
+mod clock;
+mod history;
+mod observe;
+mod schedule;
+mod world;
+
+use std::time::Instant;
+
+/// Seeds every `cargo test` runs (the fast tier), 0 to this.
+pub(crate) const FAST_SEEDS: u64 = 16;
+
+/// Seeds that found a bug, kept so it stays found (as etcd keeps a
+/// reproduction of each robustness bug): (seed, what it found).
+pub(crate) const REGRESSIONS: &[(u64, &str)] = &[];
+
+/// Runs `seed` and checks it: `Err` the report of a failure.
+pub(crate) fn run_seed(seed: u64) -> Result<Summary, String> {
+    let plan = schedule::plan(seed);
+    let started = Instant::now();
+    let run = world::run(&plan).map_err(|e| report(&plan, &[e]))?;
+    let violations = check::check(&plan, &run);
+    if !violations.is_empty() {
+        let mut lines: Vec<String> = violations
+            .iter()
+            .take(20)
+            .map(ToString::to_string)
+            .collect();
+        if violations.len() > 20 {
+            lines.push(format!("... and {} more", violations.len() - 20));
+        }
+        return Err(report(&plan, &lines));
+    }
+    Ok(Summary::of(&run, started.elapsed()))
+}
+
+/// What a run that passed did.
+#[derive(Debug)]
+pub(crate) struct Summary {
+    checks: usize,
+    verdicts: usize,
+    views: usize,
+    events: usize,
+    pairs: usize,
+    refused: usize,
+    took: std::time::Duration,
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} checks ({} verdicts), {} views, {} stream events, {} pairs minted, {} writes refused; {:.1} s",
+            self.checks,
+            self.verdicts,
+            self.views,
+            self.events,
+            self.pairs,
+            self.refused,
+            self.took.as_secs_f64()
+        )
+    }
+}
+
+impl Summary {
+    fn of(run: &world::Run, took: std::time::Duration) -> Summary {
+        let h = &run.history;
+        Summary {
+            checks: h.checks.len(),
+            verdicts: h
+                .checks
+                .iter()
+                .filter(|c| matches!(c.answer, history::Answer::Verdict { .. }))
+                .count(),
+            views: h.views.len(),
+            events: h.events.len(),
+            pairs: run.truth.held.len(),
+            refused: run.refused.len(),
+            took,
+        }
+    }
+}
+
+fn report(plan: &schedule::Plan, lines: &[String]) -> String {
+    format!(
+        "simulation seed {} failed:\n{}\nits schedule:\n{plan}replay it: scripts/test --sim-seed {}\n",
+        plan.seed,
+        lines.join("\n"),
+        plan.seed
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seeds(range: std::ops::Range<u64>) {
+        let failures: Vec<String> = range
+            .filter_map(|seed| match run_seed(seed) {
+                Ok(summary) => {
+                    eprintln!("sim seed {seed}: {summary}");
+                    None
+                }
+                Err(report) => Some(report),
+            })
+            .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    // The fast tier's seeds, in four tests so that two cores share them.
+    #[test]
+    fn seeds_of_the_fast_tier_0() {
+        seeds(0..FAST_SEEDS / 4);
+    }
+
+    #[test]
+    fn seeds_of_the_fast_tier_1() {
+        seeds(FAST_SEEDS / 4..FAST_SEEDS / 2);
+    }
+
+    #[test]
+    fn seeds_of_the_fast_tier_2() {
+        seeds(FAST_SEEDS / 2..FAST_SEEDS * 3 / 4);
+    }
+
+    #[test]
+    fn seeds_of_the_fast_tier_3() {
+        seeds(FAST_SEEDS * 3 / 4..FAST_SEEDS);
+    }
+
+    #[test]
+    fn the_seeds_that_found_bugs_stay_green() {
+        for (seed, _) in REGRESSIONS {
+            seeds(*seed..*seed + 1);
+        }
+    }
+
+    #[test]
+    fn one_seed_gives_one_history() {
+        let plan = schedule::plan(3);
+        let first = world::run(&plan).unwrap();
+        let second = world::run(&plan).unwrap();
+        assert!(first.history.checks.len() > 100, "{first:?}");
+        let diverged = first
+            .requests
+            .iter()
+            .zip(&second.requests)
+            .position(|(a, b)| a != b);
+        if let Some(i) = diverged {
+            panic!(
+                "the brokers were asked differently from request {i} on: {:?} against {:?}",
+                &first.requests[i.saturating_sub(5)..(i + 5).min(first.requests.len())],
+                &second.requests[i.saturating_sub(5)..(i + 5).min(second.requests.len())]
+            );
+        }
+        assert_eq!(first.requests.len(), second.requests.len());
+        assert_eq!(first.history, second.history);
+        assert_eq!(format!("{:?}", first.truth), format!("{:?}", second.truth));
+    }
+
+    /// `scripts/test --sim N` (KRABKA_SIM_SEEDS, from KRABKA_SIM_FIRST)
+    /// and `scripts/test --sim-seed SEED` (KRABKA_SIM_SEED).
+    #[test]
+    #[ignore = "the long run: scripts/test --sim N, or --sim-seed SEED"]
+    fn seeds_from_the_environment() {
+        let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+        if let Some(seed) = var("KRABKA_SIM_SEED") {
+            let plan = schedule::plan(seed);
+            eprintln!("{plan}");
+            match run_seed(seed) {
+                Ok(summary) => eprintln!("seed {seed} passed: {summary}"),
+                Err(report) => panic!("{report}"),
+            }
+            return;
+        }
+        let count = var("KRABKA_SIM_SEEDS").unwrap_or(100);
+        let first = var("KRABKA_SIM_FIRST").unwrap_or_else(|| rand::random::<u32>().into());
+        eprintln!("seeds {first} to {}", first + count - 1);
+        seeds(first..first + count);
+    }
+}

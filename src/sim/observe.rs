@@ -1,0 +1,344 @@
+//! The observers, simulated hosts of their own: one asks the service over
+//! HTTP (checks of tokens current, deposed, not yet minted, of other
+//! producer ids and of replaced clusters; roster views; an event stream
+//! per role, reopened from its last id when it ends), one runs the `check`
+//! subcommand's path (a fresh Kafka client per check, bootstrapped from
+//! one broker or all). Everything seen goes to the history, stamped with
+//! simulated time.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tokio::time::Instant;
+
+use super::clock::{SimClock, Steps};
+use super::history::{Answer, Asker, Check, History, StreamEvent, Verdict, View};
+use super::schedule::{NODES, ROLES};
+use crate::coordination::FencingToken;
+use crate::kafka::fake::model::Model;
+use crate::kafka::{KafkaClient, host};
+use crate::service::ServiceConfig;
+use crate::service::check::Checker;
+
+/// The service's address on the simulated network.
+pub(super) const SERVICE: &str = "service:8080";
+
+/// Simulated time since the run began.
+fn now() -> Duration {
+    turmoil::sim_elapsed().unwrap_or_default()
+}
+
+/// A token to check of `role`: its current pair, one it held before, the
+/// next epoch (not minted), one of another cluster, a low pair a rebuilt
+/// cluster mints again, or a producer id it never held.
+fn choose(rng: &mut StdRng, model: &Model, role: &str) -> (i64, i16) {
+    let truth = model.truth();
+    let cluster = model.cluster_id();
+    let held: Vec<(i64, i16)> = truth
+        .held
+        .iter()
+        .filter(|h| h.role == role && h.cluster == cluster)
+        .filter_map(|h| h.pair)
+        .collect();
+    let elsewhere: Vec<(i64, i16)> = truth
+        .held
+        .iter()
+        .filter(|h| h.role == role && h.cluster != cluster)
+        .filter_map(|h| h.pair)
+        .collect();
+    let current = model
+        .current(role)
+        .or(held.last().copied())
+        .unwrap_or((0, 0));
+    let pick = |rng: &mut StdRng, from: &[(i64, i16)]| {
+        from.get(rng.random_range(0..from.len().max(1))).copied()
+    };
+    match rng.random_range(0..100) {
+        0..40 => current,
+        40..65 => pick(rng, &held).unwrap_or(current),
+        65..75 => (current.0, current.1.saturating_add(1)),
+        75..83 => pick(rng, &elsewhere).unwrap_or((0, 1)),
+        83..92 => (0, rng.random_range(0..3)),
+        _ => (current.0 + 777, 0),
+    }
+}
+
+fn pair(text: Option<&serde_json::Value>) -> Option<(i64, i16)> {
+    let token: FencingToken = text?.as_str()?.parse().ok()?;
+    Some((token.producer_id(), token.producer_epoch()))
+}
+
+/// One GET on a new connection to the service: status and body, or why
+/// none came (within 15 s).
+async fn get(path: &str) -> Result<(u16, Bytes), String> {
+    let asked = async {
+        let stream = host::connect(SERVICE).await.map_err(|e| e.to_string())?;
+        let (mut send, connection) =
+            hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream))
+                .await
+                .map_err(|e| e.to_string())?;
+        tokio::spawn(connection);
+        request(&mut send, path, None).await
+    };
+    tokio::time::timeout(Duration::from_secs(15), asked)
+        .await
+        .unwrap_or_else(|_| Err("no answer within 15 s".into()))
+}
+
+async fn request(
+    send: &mut SendRequest<Empty<Bytes>>,
+    path: &str,
+    last_event: Option<&str>,
+) -> Result<(u16, Bytes), String> {
+    let mut request = hyper::Request::get(path).header("host", "service");
+    if let Some(id) = last_event {
+        request = request.header("last-event-id", id);
+    }
+    let request = request.body(Empty::new()).map_err(|e| e.to_string())?;
+    let response = send
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((status, body.to_bytes()))
+}
+
+/// The answer of a check of the service, as the history has it.
+fn answered(status: u16, body: &[u8]) -> Answer {
+    let json: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    match status {
+        200 | 409 => Answer::Verdict {
+            status,
+            verdict: Verdict {
+                verdict: json["verdict"].as_str().unwrap_or("?").to_owned(),
+                current: pair(json.get("current")),
+                superseded_by: pair(json.get("supersededBy").and_then(|s| s.get("pair"))),
+                cached: json["cached"].as_bool().unwrap_or(false),
+                cluster: json["cluster"].as_str().unwrap_or("?").to_owned(),
+            },
+        },
+        503 => Answer::Unavailable(json["detail"].as_str().unwrap_or("").to_owned()),
+        _ => Answer::Other(format!("{status} {}", String::from_utf8_lossy(body))),
+    }
+}
+
+/// Asks the service until `until`: a check every 15 to 40 ms (each on its
+/// own connection, many in flight), a view every 100 to 300 ms, and an
+/// event stream per role.
+pub(super) async fn service_observer(
+    seed: u64,
+    model: Arc<Model>,
+    history: Arc<Mutex<History>>,
+    until: Duration,
+) -> turmoil::Result {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5e41_71ce);
+    let streams: Vec<_> = ROLES
+        .iter()
+        .map(|&role| tokio::spawn(stream(role, history.clone(), until)))
+        .collect();
+    let mut next_view = Duration::ZERO;
+    let mut asked = tokio::task::JoinSet::new();
+    while now() < until {
+        let role = ROLES[rng.random_range(0..ROLES.len())];
+        let token = choose(&mut rng, &model, role);
+        let checks = history.clone();
+        asked.spawn(async move {
+            let sent = now();
+            let path = format!("/roles/{role}/authority?token={}:{}", token.0, token.1);
+            let answer = match get(&path).await {
+                Ok((status, body)) => answered(status, &body),
+                Err(why) => Answer::Other(why),
+            };
+            let check = Check {
+                asker: Asker::Service,
+                role,
+                token,
+                sent,
+                received: now(),
+                answer,
+            };
+            checks.lock().unwrap().checks.push(check);
+        });
+        if now() >= next_view {
+            let role = ROLES[rng.random_range(0..ROLES.len())];
+            let history = history.clone();
+            asked.spawn(async move {
+                let sent = now();
+                let (status, body) = get(&format!("/roles/{role}"))
+                    .await
+                    .unwrap_or((0, Bytes::new()));
+                let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let view = View {
+                    role,
+                    sent,
+                    received: now(),
+                    status,
+                    offset: json["view"]["offset"].as_i64(),
+                    age_ms: json["view"]["ageMs"].as_i64(),
+                };
+                history.lock().unwrap().views.push(view);
+            });
+            next_view = now() + Duration::from_millis(rng.random_range(100..300));
+        }
+        while asked.try_join_next().is_some() {}
+        tokio::time::sleep(Duration::from_millis(rng.random_range(15..40))).await;
+    }
+    while asked.join_next().await.is_some() {}
+    for stream in streams {
+        stream.abort();
+    }
+    Ok(())
+}
+
+/// `role`'s event stream until `until`, opened again from its last id when
+/// it ends.
+async fn stream(role: &'static str, history: Arc<Mutex<History>>, until: Duration) {
+    let mut last_id: Option<String> = None;
+    let mut opened = 0;
+    while now() < until {
+        opened += 1;
+        let _ = follow(role, opened, &mut last_id, &history).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn follow(
+    role: &'static str,
+    stream: u32,
+    last_id: &mut Option<String>,
+    history: &Mutex<History>,
+) -> Result<(), String> {
+    let connection = host::connect(SERVICE).await.map_err(|e| e.to_string())?;
+    let (mut send, connection) =
+        hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(connection))
+            .await
+            .map_err(|e| e.to_string())?;
+    tokio::spawn(connection);
+    let mut request =
+        hyper::Request::get(format!("/roles/{role}/events")).header("host", "service");
+    if let Some(id) = last_id.as_deref() {
+        request = request.header("last-event-id", id);
+    }
+    let request = request.body(Empty::new()).map_err(|e| e.to_string())?;
+    let response = send
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    if response.status() != 200 {
+        return Err(format!("status {}", response.status()));
+    }
+    let mut body = response.into_body();
+    let mut pending = String::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| e.to_string())?;
+        let Some(data) = frame.data_ref() else {
+            continue;
+        };
+        pending.push_str(&String::from_utf8_lossy(data));
+        while let Some(end) = pending.find("\n\n") {
+            let block: String = pending.drain(..end + 2).collect();
+            let (mut kind, mut id) = (None, None);
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event:") {
+                    kind = Some(v.trim().to_owned());
+                } else if let Some(v) = line.strip_prefix("id:") {
+                    id = Some(v.trim().to_owned());
+                }
+            }
+            let Some(kind) = kind else { continue };
+            let (offset, cluster) = match id.as_deref().and_then(|i| i.split_once('@')) {
+                Some((o, c)) => (o.parse().ok(), Some(c.to_owned())),
+                None => (id.as_deref().and_then(|i| i.parse().ok()), None),
+            };
+            if id.is_some() {
+                *last_id = id;
+            }
+            history.lock().unwrap().events.push(StreamEvent {
+                role,
+                stream,
+                received: now(),
+                kind,
+                offset,
+                cluster,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The `check` subcommand's path until `until`, every 1 to 3 s: a fresh
+/// client bootstrapped from one broker (or all), one check through a
+/// checker of its own, as `krabka-authority check` does.
+pub(super) async fn cli_observer(
+    seed: u64,
+    model: Arc<Model>,
+    history: Arc<Mutex<History>>,
+    steps: Steps,
+    until: Duration,
+) -> turmoil::Result {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xc1_1c1);
+    loop {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(1_000..3_000))).await;
+        if now() >= until {
+            return Ok(());
+        }
+        let bootstrap = if rng.random_bool(0.7) {
+            format!("b{}:9092", NODES[rng.random_range(0..NODES.len())])
+        } else {
+            NODES
+                .iter()
+                .map(|n| format!("b{n}:9092"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let role = ROLES[rng.random_range(0..ROLES.len())];
+        let token = choose(&mut rng, &model, role);
+        let config = ServiceConfig::new(&bootstrap).kafka.client_config()?;
+        let client = KafkaClient::new(config)?;
+        let deadline = Instant::now() + client.config().operation_timeout;
+        let checker = Checker::new(
+            Arc::new(client),
+            Arc::new(SimClock::new(steps.clone())),
+            1,
+            1024,
+        );
+        let sent = now();
+        let checked = checker
+            .check(role, FencingToken::new(token.0, token.1)?, deadline)
+            .await;
+        let answer = match checked {
+            Ok(a) => Answer::Verdict {
+                status: a.verdict.status(),
+                verdict: Verdict {
+                    verdict: a.verdict.as_str().to_owned(),
+                    current: a.current.map(|t| (t.producer_id(), t.producer_epoch())),
+                    superseded_by: a
+                        .superseded_by
+                        .map(|s| (s.pair.producer_id(), s.pair.producer_epoch())),
+                    cached: a.cached,
+                    cluster: a.cluster,
+                },
+            },
+            Err(e) => Answer::Unavailable(e.to_string()),
+        };
+        history.lock().unwrap().checks.push(Check {
+            asker: Asker::Cli,
+            role,
+            token,
+            sent,
+            received: now(),
+            answer,
+        });
+    }
+}

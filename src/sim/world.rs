@@ -1,0 +1,403 @@
+//! One run: the simulated world of a plan, stepped to its end.
+//!
+//! Hosts: three brokers (`b1`..`b3`, each a scripted broker of the
+//! modelled cluster, its process swapped when the node gets a new one),
+//! the service (`serve` as the binary runs it: `service::run` on the
+//! simulated listener, its clock [`SimClock`]), and two observers (the
+//! service's clients, and the `check` subcommand's path). The run applies
+//! the plan's events between steps, ticks the model before each, and hands
+//! back what the observers saw and what the model knows happened.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, UNIX_EPOCH};
+
+use super::clock::{SimClock, Steps};
+use super::history::History;
+use super::observe::{cli_observer, service_observer};
+use super::schedule::{End, Event, MEMBERS, NODES, Plan, ROLES};
+use crate::coordination::{FencingToken, Key, Lease, Registration, encode_key};
+use crate::kafka::fake::FakeBroker;
+use crate::kafka::fake::model::{Model, Part, Settings, Truth};
+use crate::kafka::host;
+use crate::service::{AppState, ServiceConfig};
+use crate::time::{millis, simulate_suspend};
+
+/// The simulation's wall clock at its start: 2026-01-01T00:00:00Z.
+const EPOCH_MS: u64 = 1_767_225_600_000;
+/// The coordination topic.
+const TOPIC: &str = "__coordination_state";
+/// The link latency when no fault slows it: up to 5 ms each way.
+const LATENCY: Duration = Duration::from_millis(5);
+
+/// What a run hands back.
+#[derive(Debug)]
+pub(super) struct Run {
+    pub(super) history: History,
+    pub(super) truth: Truth,
+    /// What the run could not do as planned (a write refused: no leader).
+    pub(super) refused: Vec<String>,
+    /// What the brokers were asked (`Model::requests`).
+    pub(super) requests: Vec<(Duration, usize, i16, u64)>,
+}
+
+fn host_of(node: i32) -> String {
+    format!("b{node}")
+}
+
+/// The cluster's settings: Kafka's defaults where the client's behaviour
+/// depends on them.
+fn settings() -> Settings {
+    Settings {
+        brokers: NODES.iter().map(|&n| (n, format!("b{n}:9092"))).collect(),
+        txn_partitions: 3,
+        topic: TOPIC.to_owned(),
+        topic_partitions: 2,
+        session_timeout: Duration::from_secs(9),
+        heartbeat: Duration::from_secs(2),
+        load: Duration::from_millis(50),
+        transaction_timeout: Duration::from_secs(5),
+    }
+}
+
+/// A broker host: serves the node's process once it runs, and swaps in the
+/// node's newest process for new connections when it gets one.
+async fn broker_host(model: Arc<Model>, node: i32) -> turmoil::Result {
+    let name = host_of(node);
+    let mut serving = loop {
+        match model.serving(node) {
+            (p, true) => break p,
+            _ => model.changed(Duration::from_millis(100)).await,
+        }
+    };
+    let (script, gate) = model.process(serving);
+    let broker = FakeBroker::start_simulated(&name, 9092, script, gate).await;
+    loop {
+        model.changed(Duration::from_secs(1)).await;
+        if let (p, true) = model.serving(node)
+            && p != serving
+        {
+            let (script, gate) = model.process(p);
+            broker.replace_process(script, gate);
+            serving = p;
+        }
+    }
+}
+
+/// The service, as `serve` runs it, bootstrapped from `bootstrap`.
+async fn service_host(bootstrap: String, steps: Steps) -> turmoil::Result {
+    let mut config = ServiceConfig::new(&bootstrap);
+    config.kafka.topic = TOPIC.to_owned();
+    config.http.listen = ([0, 0, 0, 0], 8080).into();
+    config.watch.roster_ttl = Duration::from_millis(500);
+    let client = config.kafka.client_config()?;
+    let clock = Arc::new(SimClock::new(steps));
+    let state = AppState::with_client_config_and_clock(config, client, clock)?;
+    let listener = host::bind(([0, 0, 0, 0], 8080).into()).await?;
+    let (_stop, shutdown) = tokio::sync::watch::channel(false);
+    crate::service::run(listener, state, shutdown).await?;
+    Ok(())
+}
+
+/// What the members of each role have done, to write only records that
+/// change something (every record of a role is then an event of its
+/// stream).
+#[derive(Default)]
+struct Members {
+    registered: BTreeSet<(&'static str, &'static str)>,
+    leased: BTreeSet<&'static str>,
+}
+
+/// Runs `plan` to its end.
+pub(super) fn run(plan: &Plan) -> Result<Run, String> {
+    host::seed_draws(Some(plan.seed));
+    let mut sim = turmoil::Builder::new()
+        .simulation_duration(plan.duration + Duration::from_secs(60))
+        .tick_duration(Duration::from_millis(1))
+        .epoch(UNIX_EPOCH + Duration::from_millis(EPOCH_MS))
+        .max_message_latency(LATENCY)
+        .enable_random_order()
+        .rng_seed(plan.seed)
+        .build();
+    let now_in_host: Arc<dyn Fn() -> Duration + Send + Sync> =
+        Arc::new(|| turmoil::sim_elapsed().unwrap_or_default());
+    let model = Model::new(settings(), "cluster-0", now_in_host);
+    let mut members = Members::default();
+    let mut refused = Vec::new();
+    let wall = |at: Duration| EPOCH_MS as i64 + millis(at);
+    // Every role held, its first two members registered.
+    for role in ROLES {
+        let minted = if plan.worn.contains(&role) {
+            model.init_worn(
+                role,
+                crate::kafka::fake::model::EXHAUSTED_EPOCH - 6,
+                Duration::ZERO,
+            )
+        } else {
+            model.init_producer_id(role, Duration::ZERO)
+        };
+        if let Err(e) = minted {
+            refused.push(format!("0s: {role}: {}", e.0));
+        }
+        for member in &MEMBERS[..2] {
+            apply(
+                &model,
+                &mut members,
+                Duration::ZERO,
+                &Event::Register { role, member },
+                wall,
+            )
+            .unwrap_or_else(|e| refused.push(e));
+        }
+    }
+    for node in NODES {
+        let model = model.clone();
+        sim.host(host_of(node), move || broker_host(model.clone(), node));
+    }
+    let steps = Steps::default();
+    let bootstrap: String = plan
+        .bootstrap
+        .iter()
+        .map(|n| format!("b{n}:9092"))
+        .collect::<Vec<_>>()
+        .join(",");
+    {
+        let steps = steps.clone();
+        sim.host("service", move || {
+            service_host(bootstrap.clone(), steps.clone())
+        });
+    }
+    let history = Arc::new(Mutex::new(History::default()));
+    sim.client(
+        "observer",
+        service_observer(plan.seed, model.clone(), history.clone(), plan.duration),
+    );
+    sim.client(
+        "cli",
+        cli_observer(
+            plan.seed,
+            model.clone(),
+            history.clone(),
+            steps.clone(),
+            plan.duration,
+        ),
+    );
+    let mut events = plan.events.iter().peekable();
+    let mut clusters = 0;
+    loop {
+        let now = sim.elapsed();
+        while let Some(due) = events.next_if(|e| e.at <= now) {
+            let event = &due.event;
+            match event {
+                Event::Kill { node } => {
+                    model.kill(*node);
+                    sim.crash(host_of(*node));
+                }
+                Event::Restart { node } => {
+                    model.start_again(*node, now);
+                    sim.bounce(host_of(*node));
+                }
+                Event::Partition { node, oneway } => match oneway {
+                    true => sim.partition_oneway("service", host_of(*node)),
+                    false => sim.partition("service", host_of(*node)),
+                },
+                Event::Repair { node, oneway } => match oneway {
+                    true => sim.repair_oneway("service", host_of(*node)),
+                    false => sim.repair("service", host_of(*node)),
+                },
+                Event::Hold { node } => sim.hold("service", host_of(*node)),
+                Event::Release { node } => sim.release("service", host_of(*node)),
+                Event::Slow { node, max_ms } => sim.set_link_max_message_latency(
+                    "service",
+                    host_of(*node),
+                    Duration::from_millis(*max_ms),
+                ),
+                Event::Fast { node } => {
+                    sim.set_link_max_message_latency("service", host_of(*node), LATENCY)
+                }
+                Event::Flaky { node } => sim.set_link_fail_rate("service", host_of(*node), 0.02),
+                Event::Steady { node } => sim.set_link_fail_rate("service", host_of(*node), 0.0),
+                Event::RestartService => sim.bounce("service"),
+                Event::StepClock { ms } => {
+                    steps.fetch_add(*ms, std::sync::atomic::Ordering::SeqCst);
+                }
+                Event::Suspend { ms, role } => {
+                    // While the host slept the world went on: the role's
+                    // coordinator moved and minted.
+                    simulate_suspend(Duration::from_millis(*ms));
+                    let part = Part::Txn(model.txn_partition(role));
+                    let to = model.leader(part).map_or(1, |(l, _)| l % 3 + 1);
+                    if let Err(e) = model.move_and_init(role, to, now) {
+                        refused.push(format!("{now:?}: {event:?}: {}", e.0));
+                    }
+                }
+                Event::StopCluster => {
+                    for node in NODES {
+                        model.kill(node);
+                        sim.crash(host_of(node));
+                    }
+                }
+                Event::StartNewCluster => {
+                    clusters += 1;
+                    model.replace_cluster(&format!("cluster-{clusters}"), now);
+                    members = Members::default();
+                    for node in NODES {
+                        sim.bounce(host_of(node));
+                    }
+                }
+                other => {
+                    if let Err(e) = apply(&model, &mut members, now, other, wall) {
+                        refused.push(e);
+                    }
+                }
+            }
+        }
+        model.tick(now);
+        match sim.step() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => return Err(format!("the simulation failed at {now:?}: {e}")),
+        }
+    }
+    host::seed_draws(None);
+    let history = std::mem::take(&mut *history.lock().unwrap());
+    Ok(Run {
+        history,
+        truth: model.truth(),
+        refused,
+        requests: model.requests(),
+    })
+}
+
+/// A member's event or a broker's that needs no host: applied to the model.
+fn apply(
+    model: &Model,
+    members: &mut Members,
+    now: Duration,
+    event: &Event,
+    wall: impl Fn(Duration) -> i64,
+) -> Result<(), String> {
+    let refused = |e: crate::kafka::fake::model::NotWritten| format!("{now:?}: {event:?}: {}", e.0);
+    let key = |key: Key| encode_key(&key).unwrap_or_default();
+    match *event {
+        Event::Init { role } => model
+            .init_producer_id(role, now)
+            .map(|_| ())
+            .map_err(refused),
+        Event::Commit { role, times } => {
+            for _ in 0..times {
+                model.commit_tv2(role, now).map_err(refused)?;
+            }
+            Ok(())
+        }
+        Event::Expire { role } => model.expire(role, now).map_err(refused),
+        Event::Register { role, member } => {
+            let value = crate::coordination::encode_registration(&Registration {
+                member: member.to_owned(),
+                registered_at: wall(now),
+            })
+            .unwrap_or_default();
+            model
+                .write(role, key(Key::registration(role, member)), Some(value), now)
+                .map_err(refused)?;
+            members.registered.insert((role, member));
+            Ok(())
+        }
+        Event::Deregister { role, member } => {
+            let others = members
+                .registered
+                .iter()
+                .filter(|(r, _)| *r == role)
+                .count();
+            if !members.registered.contains(&(role, member)) || others < 2 {
+                return Ok(());
+            }
+            model
+                .write(role, key(Key::registration(role, member)), None, now)
+                .map_err(refused)?;
+            members.registered.remove(&(role, member));
+            Ok(())
+        }
+        Event::Lease { role, member, end } => {
+            let Some((id, epoch)) = model.current(role) else {
+                return Ok(());
+            };
+            let lease = Lease {
+                member: member.to_owned(),
+                token: FencingToken::new(id, epoch).map_err(|e| e.to_string())?,
+                granted_at: wall(now),
+                deadline: wall(now) + 5_000,
+            };
+            let value = crate::coordination::encode_lease(&lease).unwrap_or_default();
+            model
+                .write_in_transaction(role, key(Key::lease(role)), Some(value), now)
+                .map_err(refused)?;
+            members.leased.insert(role);
+            match end {
+                End::Commit => model
+                    .end_transaction(role, true, now)
+                    .map(|_| ())
+                    .map_err(refused),
+                End::Abort => model
+                    .end_transaction(role, false, now)
+                    .map(|_| ())
+                    .map_err(refused),
+                End::Hang => Ok(()),
+            }
+        }
+        Event::Resign { role } => {
+            if !members.leased.contains(role) {
+                return Ok(());
+            }
+            model
+                .write_in_transaction(role, key(Key::lease(role)), None, now)
+                .map_err(refused)?;
+            members.leased.remove(role);
+            model
+                .end_transaction(role, true, now)
+                .map(|_| ())
+                .map_err(refused)
+        }
+        Event::Compact { partition } => {
+            model.compact(partition, now);
+            Ok(())
+        }
+        Event::Pause { node } => {
+            model.pause(node, true, Duration::ZERO, now);
+            Ok(())
+        }
+        Event::Resume { node, lag_ms } => {
+            model.pause(node, false, Duration::from_millis(lag_ms), now);
+            Ok(())
+        }
+        Event::Stall { node } => {
+            model.stall(node, true);
+            Ok(())
+        }
+        Event::Thaw { node } => {
+            model.stall(node, false);
+            Ok(())
+        }
+        Event::Cut { node } => {
+            model.cut(node, true);
+            Ok(())
+        }
+        Event::Mend { node } => {
+            model.cut(node, false);
+            Ok(())
+        }
+        Event::Replace { node } => {
+            model.start_again(node, now);
+            Ok(())
+        }
+        Event::Elect => {
+            model.elect_preferred();
+            Ok(())
+        }
+        Event::Move { role, node } => {
+            model.move_leader(Part::Txn(model.txn_partition(role)), node);
+            Ok(())
+        }
+        ref other => Err(format!("{now:?}: {other:?} needs the simulation")),
+    }
+}
