@@ -349,12 +349,20 @@ fn check_streams(history: &History, truth: &Truth, found: &mut Vec<Violation>) {
     }
     for (role, events) in by_role {
         let partition = role_partition(role, 2).unwrap_or(0);
-        // Where the stream stands: the cluster and the last offset it
-        // delivered (or that its snapshot included).
-        let mut at: Option<(String, i64)> = None;
+        // Where the stream stands: the cluster (`None`: whichever its
+        // next event names) and the last offset it delivered (or that its
+        // snapshot included).
+        let mut at: Option<(Option<String>, i64)> = None;
         for e in events {
+            let whole = e.kind == "snapshot" || e.kind == "reset";
             let (Some(offset), Some(cluster)) = (e.offset, e.cluster.clone()) else {
-                if e.kind != "snapshot" && e.kind != "reset" {
+                if whole {
+                    // A roster of nothing (the role has no record in the
+                    // partition read now, or it is not read yet): no id,
+                    // and the stream goes on from the start of whichever
+                    // cluster its next event names.
+                    at = Some((None, -1));
+                } else {
                     found.push(Violation {
                         kind: "an event without its offset and cluster",
                         detail: format!("{e:?}"),
@@ -362,12 +370,12 @@ fn check_streams(history: &History, truth: &Truth, found: &mut Vec<Violation>) {
                 }
                 continue;
             };
-            if e.kind == "snapshot" || e.kind == "reset" {
-                at = Some((cluster, offset));
+            if whole {
+                at = Some((Some(cluster), offset));
                 continue;
             }
             match &at {
-                Some((c, last)) if *c == cluster => {
+                Some((c, last)) if c.as_ref().is_none_or(|c| *c == cluster) => {
                     let missed: Vec<i64> = visible
                         .get(&(cluster.as_str(), partition))
                         .into_iter()
@@ -392,7 +400,7 @@ fn check_streams(history: &History, truth: &Truth, found: &mut Vec<Violation>) {
                     detail: format!("stream {} of {role}: {e:?} after {at:?}", e.stream),
                 }),
             }
-            at = Some((cluster, offset));
+            at = Some((Some(cluster), offset));
         }
     }
 }

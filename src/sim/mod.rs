@@ -188,6 +188,12 @@ mod tests {
         if let Some(seed) = var("KRABKA_SIM_SEED") {
             let plan = schedule::plan(seed);
             eprintln!("{plan}");
+            if std::env::var_os("KRABKA_SIM_DUMP").is_some() {
+                let run = world::run(&plan).unwrap();
+                for e in &run.history.events {
+                    eprintln!("{e:?}");
+                }
+            }
             match run_seed(seed) {
                 Ok(summary) => eprintln!("seed {seed} passed: {summary}"),
                 Err(report) => panic!("{report}"),
