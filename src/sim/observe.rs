@@ -133,8 +133,8 @@ fn answered(status: u16, body: &[u8]) -> Answer {
     }
 }
 
-/// Asks the service until `until`: a check every 15 to 40 ms (each on its
-/// own connection, many in flight), a view every 100 to 300 ms, and an
+/// Asks the service until `until`: a check every 20 to 50 ms (each on its
+/// own connection, many in flight), a view every 200 to 600 ms, and an
 /// event stream per role.
 pub(super) async fn service_observer(
     seed: u64,
@@ -189,10 +189,10 @@ pub(super) async fn service_observer(
                 };
                 history.lock().unwrap().views.push(view);
             });
-            next_view = now() + Duration::from_millis(rng.random_range(100..300));
+            next_view = now() + Duration::from_millis(rng.random_range(200..600));
         }
         while asked.try_join_next().is_some() {}
-        tokio::time::sleep(Duration::from_millis(rng.random_range(15..40))).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(20..50))).await;
     }
     while asked.join_next().await.is_some() {}
     for stream in streams {

@@ -113,7 +113,7 @@ pub(super) fn run(plan: &Plan) -> Result<Run, String> {
     host::seed_draws(Some(plan.seed));
     let mut sim = turmoil::Builder::new()
         .simulation_duration(plan.duration + Duration::from_secs(60))
-        .tick_duration(Duration::from_millis(1))
+        .tick_duration(Duration::from_millis(5))
         .epoch(UNIX_EPOCH + Duration::from_millis(EPOCH_MS))
         .max_message_latency(LATENCY)
         .enable_random_order()
