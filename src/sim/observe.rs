@@ -277,7 +277,7 @@ async fn follow(
     Ok(())
 }
 
-/// The `check` subcommand's path until `until`, every 1 to 3 s: a fresh
+/// The `check` subcommand's path until `until`, every 0.3 to 0.9 s: a fresh
 /// client bootstrapped from one broker (or all), one check through a
 /// checker of its own, as `krabka-authority check` does.
 pub(super) async fn cli_observer(
@@ -289,7 +289,7 @@ pub(super) async fn cli_observer(
 ) -> turmoil::Result {
     let mut rng = StdRng::seed_from_u64(seed ^ 0xc1_1c1);
     loop {
-        tokio::time::sleep(Duration::from_millis(rng.random_range(1_000..3_000))).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(300..900))).await;
         if now() >= until {
             return Ok(());
         }

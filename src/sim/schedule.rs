@@ -208,6 +208,16 @@ impl fmt::Display for Plan {
 
 const SECOND: Duration = Duration::from_secs(1);
 
+/// Partitions of `__transaction_state` in the modelled cluster.
+pub(super) const TXN_PARTITIONS: i32 = 3;
+
+/// The node that coordinates `role` at the start: the preferred leader of
+/// its partition of `__transaction_state` (`Model`'s assignment).
+fn coordinator(role: &str) -> i32 {
+    let p = crate::kafka::fake::model::txn_partition_of(role, TXN_PARTITIONS);
+    NODES[p as usize % NODES.len()]
+}
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -281,9 +291,19 @@ pub(super) fn plan(seed: u64) -> Plan {
     let episodes = rng.random_range(2..5);
     for _ in 0..episodes {
         let node = NODES[rng.random_range(0..NODES.len())];
-        let role = ROLES[rng.random_range(0..ROLES.len())];
         let kind = rng.random_range(0..12);
         let behind = matches!(kind, 0..=4);
+        // A fault of a broker aims at a role it coordinates (at the start,
+        // before anything moved), whose checks it can get wrong.
+        let mine: Vec<&'static str> = ROLES
+            .iter()
+            .copied()
+            .filter(|r| behind && coordinator(r) == node)
+            .collect();
+        let role = match mine.is_empty() {
+            true => ROLES[rng.random_range(0..ROLES.len())],
+            false => mine[rng.random_range(0..mine.len())],
+        };
         let start = if behind {
             behind_free.max(ms(rng.random_range(2_000..12_000)))
         } else {

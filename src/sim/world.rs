@@ -15,7 +15,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use super::clock::{SimClock, Steps};
 use super::history::History;
 use super::observe::{cli_observer, service_observer};
-use super::schedule::{End, Event, MEMBERS, NODES, Plan, ROLES};
+use super::schedule::{End, Event, MEMBERS, NODES, Plan, ROLES, TXN_PARTITIONS};
 use crate::coordination::{FencingToken, Key, Lease, Registration, encode_key};
 use crate::kafka::fake::FakeBroker;
 use crate::kafka::fake::model::{Model, Part, Settings, Truth};
@@ -50,7 +50,7 @@ fn host_of(node: i32) -> String {
 fn settings() -> Settings {
     Settings {
         brokers: NODES.iter().map(|&n| (n, format!("b{n}:9092"))).collect(),
-        txn_partitions: 3,
+        txn_partitions: TXN_PARTITIONS,
         topic: TOPIC.to_owned(),
         topic_partitions: 2,
         session_timeout: Duration::from_secs(9),

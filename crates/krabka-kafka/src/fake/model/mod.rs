@@ -63,6 +63,13 @@ use krabka_coordination::sync::lock;
 /// from at the next InitProducerId (`Short.MaxValue - 1`).
 pub const EXHAUSTED_EPOCH: i16 = i16::MAX - 1;
 
+/// The partition of `__transaction_state` of `transactional_id` among
+/// `partitions` (`TransactionStateManager.partitionFor`): a schedule drawn
+/// before any model aims its faults at a role's coordinator with it.
+pub fn txn_partition_of(transactional_id: &str, partitions: i32) -> i32 {
+    crate::describe::partition_for(transactional_id, partitions.max(1) as usize) as i32
+}
+
 /// A partition of `__transaction_state` or of the coordination topic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Part {
