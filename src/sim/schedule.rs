@@ -259,7 +259,7 @@ pub(super) fn plan(seed: u64) -> Plan {
     }
     for partition in 0..2 {
         at(
-            ms(rng.random_range(5_000..25_000)),
+            ms(rng.random_range(12_000..44_000)),
             Event::Compact { partition },
         );
     }

@@ -102,6 +102,9 @@ pub struct Settings {
     /// The members' transaction timeout: an open transaction older than
     /// this is aborted by the coordinator.
     pub transaction_timeout: Duration,
+    /// The topic's `min.compaction.lag.ms`: a record stays at least this
+    /// long after it became visible before compaction may remove it.
+    pub min_compaction_lag: Duration,
 }
 
 /// A pair a role held from `at` on (`None`: no holder: expired, or never
@@ -714,7 +717,7 @@ impl Model {
     pub fn compact(&self, partition: i32, now: Duration) {
         self.with(|s| {
             if let Some(log) = s.data.topic.get_mut(&partition) {
-                log.compact();
+                log.compact(now, s.settings.min_compaction_lag);
                 log.refresh_visible(now);
                 s.dirty = true;
             }

@@ -263,10 +263,19 @@ impl Log {
     }
 
     /// Compaction below the last stable offset: a data record whose key a
-    /// later visible record of the partition has again is removed, and so
-    /// is every record of an aborted transaction (Kafka's `LogCleaner`;
-    /// markers stay, as they do for `delete.retention.ms`).
-    pub(crate) fn compact(&mut self) {
+    /// later visible record of the partition has again is removed once it
+    /// has been visible for `min_lag` (`min.compaction.lag.ms`, measured
+    /// from when it became visible), and so is every record of an aborted
+    /// transaction (Kafka's `LogCleaner`; markers stay, as they do for
+    /// `delete.retention.ms`).
+    pub(crate) fn compact(&mut self, now: Duration, min_lag: Duration) {
+        let since: BTreeMap<i64, Duration> =
+            self.visible.iter().map(|v| (v.offset, v.at)).collect();
+        let old_enough = |offset: usize| {
+            since
+                .get(&(offset as i64))
+                .is_some_and(|at| *at + min_lag <= now)
+        };
         let len = self.entries.len();
         let stable = self.last_stable_offset(len) as usize;
         let outcomes = self.outcomes(len);
@@ -283,7 +292,8 @@ impl Log {
         for (offset, entry) in self.entries[..stable].iter_mut().enumerate() {
             if let Body::Data { key, txn, .. } = &entry.body {
                 let aborted = txn.is_some() && outcomes.get(&(offset as i64)) == Some(&Some(false));
-                if aborted || latest.get(key).is_some_and(|&last| last > offset) {
+                let superseded = latest.get(key).is_some_and(|&last| last > offset);
+                if aborted || (superseded && old_enough(offset)) {
                     entry.removed = true;
                 }
             }
@@ -380,7 +390,7 @@ mod tests {
         let read = log.read(log.len(), 0);
         assert_eq!(read.aborted, [(7, 0)]);
         assert_eq!(read.last_stable_offset, 4);
-        log.compact();
+        log.compact(Duration::ZERO, Duration::ZERO);
         let kept: Vec<bool> = log.entries.iter().map(|e| e.removed).collect();
         assert_eq!(kept, [true, false, true, false]);
     }
