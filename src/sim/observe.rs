@@ -34,7 +34,8 @@ fn now() -> Duration {
     turmoil::sim_elapsed().unwrap_or_default()
 }
 
-/// A token to check of `role`: its current pair, one it held before, the
+/// A token to check of `role`: its current pair, the one that pair
+/// deposed, one it held before, the
 /// next epoch (not minted), one of another cluster, a low pair a rebuilt
 /// cluster mints again, or a producer id it never held.
 fn choose(rng: &mut StdRng, model: &Model, role: &str) -> (i64, i16) {
@@ -59,9 +60,13 @@ fn choose(rng: &mut StdRng, model: &Model, role: &str) -> (i64, i16) {
     let pick = |rng: &mut StdRng, from: &[(i64, i16)]| {
         from.get(rng.random_range(0..from.len().max(1))).copied()
     };
+    // The pair the current one deposed: what a stale coordinator still
+    // names, the one a wrong 200 would be for.
+    let deposed = held.iter().rev().find(|p| **p != current).copied();
     match rng.random_range(0..100) {
-        0..40 => current,
-        40..65 => pick(rng, &held).unwrap_or(current),
+        0..35 => current,
+        35..55 => deposed.unwrap_or(current),
+        55..65 => pick(rng, &held).unwrap_or(current),
         65..75 => (current.0, current.1.saturating_add(1)),
         75..83 => pick(rng, &elsewhere).unwrap_or((0, 1)),
         83..92 => (0, rng.random_range(0..3)),

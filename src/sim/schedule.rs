@@ -319,7 +319,9 @@ pub(super) fn plan(seed: u64) -> Plan {
             // elsewhere, then back: it answers from memory until it caught
             // up.
             0 | 1 => {
-                let d = len(&mut rng, 2_000, 16_000);
+                // Past the session timeout (9 s) mostly: the role's
+                // coordinator moves and mints while it sleeps.
+                let d = len(&mut rng, 6_000, 18_000);
                 at(start, Event::Pause { node });
                 at(start + d.mul_f64(0.8), Event::Init { role });
                 at(
@@ -335,12 +337,17 @@ pub(super) fn plan(seed: u64) -> Plan {
             // timeout, its coordinations moved; maybe replaced by a second
             // process with its node id, elected, minting there.
             2 | 3 => {
-                let d = len(&mut rng, 4_000, 20_000);
+                // Past the session timeout mostly, so that the role's
+                // coordinator moves and mints elsewhere while it answers.
+                let d = len(&mut rng, 8_000, 22_000);
                 at(start, Event::Cut { node });
                 if d > 13 * SECOND && rng.random_bool(0.6) {
                     at(start + 10 * SECOND, Event::Replace { node });
                     at(start + 11 * SECOND + ms(500), Event::Elect);
                     at(start + 12 * SECOND + ms(500), Event::Init { role });
+                } else if d > 11 * SECOND {
+                    // Once fenced (9 s) and its partitions moved.
+                    at(start + 10 * SECOND + ms(500), Event::Init { role });
                 } else {
                     at(start + d.mul_f64(0.7), Event::Init { role });
                 }
