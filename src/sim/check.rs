@@ -54,16 +54,22 @@ impl fmt::Display for Violation {
 
 type Pair = (i64, i16);
 
+/// Per (cluster, role): each pair it held from when (`None`: nobody).
+type HeldLines<'a> = BTreeMap<(&'a str, &'a str), Vec<(Duration, Option<Pair>)>>;
+
+/// Per (cluster, partition): each visible record (offset, since, role).
+type VisibleRecords<'a> = BTreeMap<(&'a str, i32), Vec<(i64, Duration, &'a str)>>;
+
 /// The truth, indexed: per cluster and role, every pair in order; when each
 /// cluster answered.
 struct Timelines<'a> {
-    held: BTreeMap<(&'a str, &'a str), Vec<(Duration, Option<Pair>)>>,
+    held: HeldLines<'a>,
     clusters: &'a [(Duration, String)],
 }
 
 impl<'a> Timelines<'a> {
     fn new(truth: &'a Truth) -> Timelines<'a> {
-        let mut held: BTreeMap<(&str, &str), Vec<(Duration, Option<Pair>)>> = BTreeMap::new();
+        let mut held: HeldLines<'a> = BTreeMap::new();
         for h in &truth.held {
             held.entry((h.cluster.as_str(), h.role.as_str()))
                 .or_default()
@@ -281,8 +287,8 @@ fn check_settled(lines: &Timelines<'_>, check: &Check, found: &mut Vec<Violation
 }
 
 /// The visible records of each partition of each cluster: (offset, since).
-fn visible(truth: &Truth) -> BTreeMap<(&str, i32), Vec<(i64, Duration, &str)>> {
-    let mut out: BTreeMap<(&str, i32), Vec<(i64, Duration, &str)>> = BTreeMap::new();
+fn visible(truth: &Truth) -> VisibleRecords<'_> {
+    let mut out: VisibleRecords<'_> = BTreeMap::new();
     for t in &truth.topics {
         out.entry((t.cluster.as_str(), t.partition))
             .or_default()

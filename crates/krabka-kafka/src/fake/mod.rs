@@ -67,7 +67,7 @@ pub struct FakeBroker {
     bound: std::net::SocketAddr,
     /// Every request but ApiVersions: (API, version, body); none are kept
     /// by a simulated broker, which serves for long.
-    pub seen: Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>,
+    pub seen: Seen,
     keep_seen: bool,
     /// The script, and the gate, new connections are answered by.
     script: Arc<RwLock<(Script, Option<Gate>)>>,
@@ -247,6 +247,9 @@ impl FakeBroker {
     }
 }
 
+/// The requests a broker received: (API, version, body).
+pub type Seen = Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>;
+
 /// How one connection's requests are answered: by `script`, each answer
 /// held as `delay` says, each request first waiting for `gate` when there
 /// is one, each logged in `log` when kept.
@@ -255,7 +258,7 @@ struct Answering {
     script: Script,
     delay: Delay,
     gate: Option<Gate>,
-    log: Option<Arc<Mutex<Vec<(ApiKey, i16, Bytes)>>>>,
+    log: Option<Seen>,
 }
 
 /// Answers one connection as `answering` says until it closes; across a
@@ -343,11 +346,8 @@ async fn read_and_answer(
             .push((api, header.request_api_version, body.clone()));
     }
     match &answering.gate {
-        Some(gate) => {
-            if !gate(&header, &body).await {
-                return None;
-            }
-        }
+        Some(gate) if !gate(&header, &body).await => return None,
+        Some(_) => {}
         None if api == ApiKey::Fetch => {
             // Nothing new arrives at a scripted broker: a long poll
             // waits out its wait.

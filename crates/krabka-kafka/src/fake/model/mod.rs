@@ -995,7 +995,7 @@ impl State {
             Some(v) if !rotate => (v.pid, v.epoch + 1),
             _ => (self.draw_producer_id(writer), 0),
         };
-        self.data.txn.get_mut(&p).map(|log| {
+        if let Some(log) = self.data.txn.get_mut(&p) {
             log.push(TxnEntry {
                 role: role.to_owned(),
                 value: Some(TxnValue {
@@ -1003,8 +1003,8 @@ impl State {
                     epoch: pair.1,
                     state,
                 }),
-            })
-        });
+            });
+        }
         self.appended(Part::Txn(p), writer, now);
         self.truth.held.push(Held {
             at: now,
@@ -1025,12 +1025,12 @@ impl State {
         {
             return Ok(());
         }
-        self.data.txn.get_mut(&p).map(|log| {
+        if let Some(log) = self.data.txn.get_mut(&p) {
             log.push(TxnEntry {
                 role: role.to_owned(),
                 value: None,
-            })
-        });
+            });
+        }
         self.appended(Part::Txn(p), writer, now);
         self.truth.held.push(Held {
             at: now,

@@ -394,4 +394,18 @@ mod tests {
         let kept: Vec<bool> = log.entries.iter().map(|e| e.removed).collect();
         assert_eq!(kept, [true, false, true, false]);
     }
+
+    #[test]
+    fn compaction_keeps_a_superseded_record_until_the_lag_passed() {
+        let mut log = Log::default();
+        log.append("r", key("k"), Some(key("1"))); // 0
+        log.refresh_visible(Duration::from_secs(1));
+        log.append("r", key("k"), Some(key("2"))); // 1
+        log.refresh_visible(Duration::from_secs(5));
+        log.compact(Duration::from_secs(10), Duration::from_secs(10));
+        assert!(!log.entries[0].removed, "visible for 9 s of a 10 s lag");
+        log.compact(Duration::from_secs(11), Duration::from_secs(10));
+        assert!(log.entries[0].removed);
+        assert!(!log.entries[1].removed, "the latest of its key stays");
+    }
 }
