@@ -32,8 +32,26 @@ use std::time::Instant;
 pub(crate) const FAST_SEEDS: u64 = 16;
 
 /// Seeds that found a bug, kept so it stays found (as etcd keeps a
-/// reproduction of each robustness bug): (seed, what it found).
-pub(crate) const REGRESSIONS: &[(u64, &str)] = &[];
+/// reproduction of each robustness bug): (seed, what it found). Those
+/// below [`FAST_SEEDS`] run in the fast tier's seeds anyway. The bugs so
+/// far are the mutations of docs/trust.md's "Its power" (each rule of
+/// issue 44 turned off): the first seed that found each.
+pub(crate) const REGRESSIONS: &[(u64, &str)] = &[
+    (0, "a cached authoritative (cache a yes)"),
+    (
+        0,
+        "a pair's order trusted across producer ids, in the verdict",
+    ),
+    (0, "the high-water mark compared across producer ids"),
+    (
+        4,
+        "every confirmation dropped: a 200 from a coordinator cut off from the controller",
+    ),
+    (
+        8,
+        "the caches keep the first cluster's id across a replacement",
+    ),
+];
 
 /// Runs `seed` and checks it: `Err` the report of a failure.
 pub(crate) fn run_seed(seed: u64) -> Result<Summary, String> {
@@ -151,7 +169,7 @@ mod tests {
 
     #[test]
     fn the_seeds_that_found_bugs_stay_green() {
-        for (seed, _) in REGRESSIONS {
+        for (seed, _) in REGRESSIONS.iter().filter(|(s, _)| *s >= FAST_SEEDS) {
             seeds(*seed..*seed + 1);
         }
     }
