@@ -60,8 +60,9 @@ pub async fn serve(
 
 /// Serves on a bound listener until `shutdown` flips. Then `/readyz` turns
 /// 503 at once and every answer closes its connection (`Connection:
-/// close`: keep-alive clients move to another pod); after the shutdown delay the listener closes, event streams
-/// end, and requests in flight get up to the drain timeout.
+/// close`: keep-alive clients move to another pod); after the shutdown
+/// delay the listener closes, event streams end, and requests in flight get
+/// up to the drain timeout.
 ///
 /// Everything that talks to Kafka starts here, in the background, after the
 /// listener is bound: `/healthz` answers whatever Kafka does, and `/readyz`
