@@ -36,6 +36,8 @@ const SCRIPTS: &[&str] = &[
     "scripts/schemathesis",
     "scripts/doc-commands",
     "scripts/image",
+    "scripts/kube",
+    "scripts/chart-test",
     "bench/run",
 ];
 

@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::http::{HeaderValue, header};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -58,9 +59,11 @@ pub async fn serve(
 }
 
 /// Serves on a bound listener (the operating system's, or a simulation's:
-/// [`host`]) until `shutdown` flips. Then `/readyz` turns
-/// 503 at once; after the shutdown delay the listener closes, event streams
-/// end, and requests in flight get up to the drain timeout.
+/// [`host`]) until `shutdown` flips. Then `/readyz` turns 503 at once and
+/// every answer closes its connection (`Connection: close`: keep-alive
+/// clients move to another pod); after the shutdown delay the listener
+/// closes, event streams end, and requests in flight get up to the drain
+/// timeout.
 ///
 /// Everything that talks to Kafka starts here, in the background, after the
 /// listener is bound: `/healthz` answers whatever Kafka does, and `/readyz`
@@ -136,14 +139,24 @@ pub async fn run(
         };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
+        let state = state.clone();
         let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
             let mut app = app.clone();
+            let state = state.clone();
             async move {
-                Ok::<_, Infallible>(
-                    app.call(request.map(Body::new))
-                        .await
-                        .unwrap_or_else(|e| match e {}),
-                )
+                let mut response = app
+                    .call(request.map(Body::new))
+                    .await
+                    .unwrap_or_else(|e| match e {});
+                // Shutting down, a keep-alive client is told to reconnect:
+                // its next connection reaches a pod still in the endpoints,
+                // instead of racing this one's close after the delay.
+                if state.shutting_down.load(Ordering::Relaxed) {
+                    response
+                        .headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                Ok::<_, Infallible>(response)
             }
         });
         let io = TokioIo::new(head_errors::ProblemHeads::new(stream));

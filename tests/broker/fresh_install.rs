@@ -152,6 +152,17 @@ async fn with_create_topic_the_service_creates_it_compacted_with_its_partitions(
         kafka.topics().cleanup_policy(&topic).await.unwrap(),
         "compact"
     );
+    // An hour before a superseded record may be compacted away: a reader
+    // lagging less than that sees every change.
+    assert_eq!(
+        kafka
+            .topics()
+            .topic_config(&topic, "min.compaction.lag.ms")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("3600000")
+    );
     assert!(
         served.log().contains("created the coordination topic"),
         "{}",

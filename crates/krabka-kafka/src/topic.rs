@@ -52,6 +52,15 @@ fn topic_err(topic: &str, reason: impl Into<String>) -> KafkaError {
 /// The topic config that bounds a batch's size as written.
 const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
 
+/// `min.compaction.lag.ms` of a topic created here, unless its spec says
+/// otherwise: one hour. Past the active segment, only this lag keeps the
+/// cleaner from removing a superseded record (Kafka's `LogCleanerManager`;
+/// the broker's default is 0), and a record compacted before a lagging
+/// reader reached it is a change that reader never sees: an event stream's
+/// "every change, or a `reset`" holds while readers lag less than this
+/// (a schedule of the simulation tier, in development, showed it).
+const MIN_COMPACTION_LAG: (&str, &str) = ("min.compaction.lag.ms", "3600000");
+
 /// A DescribeConfigs of `keys` of one resource.
 fn build_describe_config(kind: i8, name: &str, keys: &[&str]) -> DescribeConfigsRequest {
     let keys = keys.iter().map(|k| StrBytes::from_string((*k).to_owned()));
@@ -97,7 +106,8 @@ fn parse_max_message_bytes(response: &DescribeConfigsResponse) -> Option<usize> 
         .filter(|&bytes| bytes > 0)
 }
 
-/// A CreateTopics of `topic` as `spec` says, compacted whatever it says.
+/// A CreateTopics of `topic` as `spec` says, compacted whatever it says,
+/// with a compaction lag of an hour unless it says one.
 fn build_create_topic(topic: &str, spec: &TopicSpec, timeout: Duration) -> CreateTopicsRequest {
     let mut configs = vec![("cleanup.policy".to_owned(), "compact".to_owned())];
     configs.extend(
@@ -106,6 +116,10 @@ fn build_create_topic(topic: &str, spec: &TopicSpec, timeout: Duration) -> Creat
             .filter(|(k, _)| k != "cleanup.policy")
             .cloned(),
     );
+    let (lag, hour) = MIN_COMPACTION_LAG;
+    if !configs.iter().any(|(k, _)| k == lag) {
+        configs.push((lag.to_owned(), hour.to_owned()));
+    }
     CreateTopicsRequest::default()
         .with_timeout_ms(i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX))
         .with_topics(vec![
@@ -170,6 +184,17 @@ impl Topics<'_> {
             }
             code => Err(KafkaError::broker("Metadata", code, Some(topic.to_owned()))),
         }
+    }
+
+    /// One config value of `topic` (e.g. `min.compaction.lag.ms`), asked
+    /// of any broker; `None` when the answer has none.
+    pub async fn topic_config(&self, topic: &str, key: &str) -> Result<Option<String>, KafkaError> {
+        retrying(self.client.config(), "describe configs", || async move {
+            let request = build_describe_config(RESOURCE_TOPIC, topic, &[key]);
+            let (response, _) = self.client.send_any(&request, &[]).await?;
+            parse_describe_config(&response, key)
+        })
+        .await
     }
 
     /// The topic's `cleanup.policy`, asked of any broker; its
@@ -346,8 +371,25 @@ mod tests {
             .collect();
         assert_eq!(
             configs,
-            [("cleanup.policy", "compact"), ("min.insync.replicas", "2")]
+            [
+                ("cleanup.policy", "compact"),
+                ("min.insync.replicas", "2"),
+                ("min.compaction.lag.ms", "3600000")
+            ]
         );
+        // A lag the spec sets is kept.
+        let spec = TopicSpec {
+            configs: vec![("min.compaction.lag.ms".into(), "60000".into())],
+            ..TopicSpec::default()
+        };
+        let request = build_create_topic("t", &spec, Duration::from_secs(5));
+        let lags: Vec<&str> = request.topics[0]
+            .configs
+            .iter()
+            .filter(|c| c.name.as_str() == "min.compaction.lag.ms")
+            .map(|c| c.value.as_ref().unwrap().as_str())
+            .collect();
+        assert_eq!(lags, ["60000"]);
     }
 
     #[test]

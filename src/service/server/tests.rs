@@ -261,3 +261,37 @@ async fn batch_checks_past_the_limit_wait_with_their_bodies_unread() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     served.stop().await;
 }
+
+#[tokio::test]
+async fn shutting_down_every_answer_closes_its_keep_alive_connection() {
+    let mut config = service_config();
+    config.http.shutdown_delay = Duration::from_millis(1500);
+    let served = serve(config).await;
+    eventually(Duration::from_secs(5), "ready", async || {
+        let r = reqwest::get(served.url("/readyz")).await.ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await;
+    let mut kept = TcpStream::connect(&served.addr).await.unwrap();
+    let request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    kept.write_all(request).await.unwrap();
+    let mut buf = [0u8; 1024];
+    let n = kept.read(&mut buf).await.unwrap();
+    let before = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+    assert!(!before.contains("connection: close"), "{before}");
+
+    // Within the shutdown delay the same connection is still served, and
+    // told to go: its client reconnects to a pod still in the endpoints
+    // rather than racing this connection's close when the delay ends.
+    served.stop.send_replace(true);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    kept.write_all(request).await.unwrap();
+    let (answer, after) = until_closed(&mut kept, Duration::from_secs(1))
+        .await
+        .expect("closed after its answer, within the delay");
+    let answer = answer.to_ascii_lowercase();
+    assert!(answer.starts_with("http/1.1 200"), "{answer}");
+    assert!(answer.contains("connection: close"), "{answer}");
+    assert!(after < Duration::from_millis(500), "closed after {after:?}");
+    served.stop().await;
+}
