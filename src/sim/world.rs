@@ -21,7 +21,7 @@ use crate::kafka::fake::FakeBroker;
 use crate::kafka::fake::model::{Model, Part, Settings, Truth};
 use crate::kafka::host;
 use crate::service::{AppState, ServiceConfig};
-use crate::time::{millis, simulate_suspend};
+use crate::time::{millis, simulate_host, simulate_suspend};
 
 /// The simulation's wall clock at its start: 2026-01-01T00:00:00Z.
 const EPOCH_MS: u64 = 1_767_225_600_000;
@@ -118,6 +118,7 @@ struct Members {
 /// Runs `plan` to its end.
 pub(super) fn run(plan: &Plan) -> Result<Run, String> {
     host::seed_draws(Some(plan.seed));
+    simulate_host(true);
     let mut sim = turmoil::Builder::new()
         .simulation_duration(plan.duration + Duration::from_secs(60))
         .tick_duration(Duration::from_millis(5))
@@ -267,6 +268,7 @@ pub(super) fn run(plan: &Plan) -> Result<Run, String> {
         }
     }
     host::seed_draws(None);
+    simulate_host(false);
     let history = std::mem::take(&mut *history.lock().unwrap());
     Ok(Run {
         history,

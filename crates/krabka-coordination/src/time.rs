@@ -65,9 +65,15 @@ impl serde::Serialize for Rfc3339Ms {
 
 /// Time the host has spent suspended since it booted: Linux's
 /// `CLOCK_BOOTTIME` less `CLOCK_MONOTONIC` (zero elsewhere), plus what this
-/// thread's tests [`simulate_suspend`]ed.
+/// thread's tests [`simulate_suspend`]ed; on a thread that runs a
+/// simulation ([`simulate_host`]), only the latter.
 pub fn suspended() -> Duration {
-    host_suspended() + SIMULATED.with(std::cell::Cell::get)
+    let simulated = SIMULATED.with(std::cell::Cell::get);
+    if SIMULATION.with(std::cell::Cell::get) {
+        simulated
+    } else {
+        host_suspended() + simulated
+    }
 }
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -80,7 +86,17 @@ fn host_suspended() -> Duration {
             u32::try_from(t.tv_nsec).unwrap_or(0),
         )
     };
-    at(ClockId::Boottime).saturating_sub(at(ClockId::Monotonic))
+    // The two clocks are read one after the other: a thread preempted
+    // between the reads sees less suspended time than there was, by the
+    // time it waited. The largest reading so far is the truth (suspended
+    // time only grows), so `boot_now` never steps back by a preemption.
+    static LARGEST_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let read = at(ClockId::Boottime).saturating_sub(at(ClockId::Monotonic));
+    let read_ns = u64::try_from(read.as_nanos()).unwrap_or(u64::MAX);
+    let largest = LARGEST_NS
+        .fetch_max(read_ns, Ordering::Relaxed)
+        .max(read_ns);
+    Duration::from_nanos(largest)
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
@@ -90,6 +106,17 @@ fn host_suspended() -> Duration {
 
 thread_local! {
     static SIMULATED: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+    static SIMULATION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// For a simulation: from now on this thread's clocks count only the
+/// suspends it simulates, from zero (`on`), or the host's again. A
+/// simulated history must not depend on the machine that runs it: the
+/// host's suspended time, read from two clocks, moves by how long the
+/// thread was preempted between the reads, and so with the machine's load.
+pub fn simulate_host(on: bool) {
+    SIMULATION.with(|s| s.set(on));
+    SIMULATED.with(|s| s.set(Duration::ZERO));
 }
 
 /// For tests: this thread's clocks count `by` more of suspended time, as if

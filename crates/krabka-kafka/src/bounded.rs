@@ -239,15 +239,20 @@ impl<V: Clone + HeapSize> BoundedMap<V> {
         inner.buckets = 0;
     }
 
-    /// Up to `most` keys whose value satisfies `keep`.
+    /// Up to `most` keys whose value satisfies `keep`, the smallest first:
+    /// which keys and in what order never depend on the map's random
+    /// hashing (a simulated run must replay its requests byte for byte).
     pub fn keys_where(&self, most: usize, keep: impl Fn(&V) -> bool) -> Vec<String> {
-        self.read()
+        let mut keys: Vec<String> = self
+            .read()
             .map
             .iter()
             .filter(|(_, v)| keep(v))
-            .take(most)
             .map(|(k, _)| k.clone())
-            .collect()
+            .collect();
+        keys.sort_unstable();
+        keys.truncate(most);
+        keys
     }
 
     /// Entries and bytes held (everything counted), for metrics.
