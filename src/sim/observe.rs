@@ -21,7 +21,7 @@ use super::clock::{SimClock, Steps};
 use super::history::{Answer, Asker, Check, History, StreamEvent, Verdict, View};
 use super::schedule::{NODES, ROLES};
 use crate::coordination::FencingToken;
-use crate::kafka::fake::model::Model;
+use crate::kafka::fake::model::{Behind, Model};
 use crate::kafka::{KafkaClient, host};
 use crate::service::ServiceConfig;
 use crate::service::check::Checker;
@@ -34,10 +34,10 @@ fn now() -> Duration {
     turmoil::sim_elapsed().unwrap_or_default()
 }
 
-/// A token to check of `role`: its current pair, the one that pair
-/// deposed, one it held before, the
-/// next epoch (not minted), one of another cluster, a low pair a rebuilt
-/// cluster mints again, or a producer id it never held.
+/// A token to check of `role`: its current pair, the one a process behind
+/// the controller names (else the one that pair deposed), one it held
+/// before, the next epoch (not minted), one of another cluster, a low pair
+/// a rebuilt cluster mints again, or a producer id it never held.
 fn choose(rng: &mut StdRng, model: &Model, role: &str) -> (i64, i16) {
     let truth = model.truth();
     let cluster = model.cluster_id();
@@ -63,9 +63,17 @@ fn choose(rng: &mut StdRng, model: &Model, role: &str) -> (i64, i16) {
     // The pair the current one deposed: what a stale coordinator still
     // names, the one a wrong 200 would be for.
     let deposed = held.iter().rev().find(|p| **p != current).copied();
+    // Better still: a pair a process behind the controller names now.
+    let stale = model
+        .behind()
+        .into_iter()
+        .flat_map(|b| b.named)
+        .filter(|(r, p)| r == role && *p != current)
+        .map(|(_, p)| p)
+        .next();
     match rng.random_range(0..100) {
         0..35 => current,
-        35..55 => deposed.unwrap_or(current),
+        35..55 => stale.or(deposed).unwrap_or(current),
         55..65 => pick(rng, &held).unwrap_or(current),
         65..75 => (current.0, current.1.saturating_add(1)),
         75..83 => pick(rng, &elsewhere).unwrap_or((0, 1)),
@@ -294,21 +302,49 @@ pub(super) async fn cli_observer(
 ) -> turmoil::Result {
     let mut rng = StdRng::seed_from_u64(seed ^ 0xc1_1c1);
     loop {
-        tokio::time::sleep(Duration::from_millis(rng.random_range(300..900))).await;
+        // Checks come thicker while a broker answers from a stale view.
+        let pause = match model.behind().iter().any(|b| b.reached) {
+            true => rng.random_range(100..300),
+            false => rng.random_range(300..900),
+        };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
         if now() >= until {
             return Ok(());
         }
-        let bootstrap = if rng.random_bool(0.7) {
-            format!("b{}:9092", NODES[rng.random_range(0..NODES.len())])
-        } else {
-            NODES
-                .iter()
-                .map(|n| format!("b{n}:9092"))
-                .collect::<Vec<_>>()
-                .join(",")
+        // Half the time a broker answers from a view behind the
+        // controller's, the check starts there, on a host cut off with it
+        // (a client of that broker alone, as a deposed holder beside it
+        // would be), of a pair it names: the deposed holder asking whether
+        // it still holds.
+        let behind: Vec<Behind> = model.behind().into_iter().filter(|b| b.reached).collect();
+        let aimed = match behind.is_empty() {
+            true => None,
+            false => rng
+                .random_bool(0.5)
+                .then(|| &behind[rng.random_range(0..behind.len())]),
         };
-        let role = ROLES[rng.random_range(0..ROLES.len())];
-        let token = choose(&mut rng, &model, role);
+        let (bootstrap, role, token) = match aimed {
+            Some(Behind { node, named, .. }) if !named.is_empty() => {
+                let (role, pair) = &named[rng.random_range(0..named.len())];
+                let role = ROLES.into_iter().find(|r| r == role).unwrap_or(ROLES[0]);
+                (format!("b{node}:9092"), role, *pair)
+            }
+            _ => {
+                let bootstrap = match aimed {
+                    Some(Behind { node, .. }) => format!("b{node}:9092"),
+                    None if rng.random_bool(0.7) => {
+                        format!("b{}:9092", NODES[rng.random_range(0..NODES.len())])
+                    }
+                    None => NODES
+                        .iter()
+                        .map(|n| format!("b{n}:9092"))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                };
+                let role = ROLES[rng.random_range(0..ROLES.len())];
+                (bootstrap, role, choose(&mut rng, &model, role))
+            }
+        };
         let config = ServiceConfig::new(&bootstrap).kafka.client_config()?;
         let client = KafkaClient::new(config)?;
         let deadline = Instant::now() + client.config().operation_timeout;

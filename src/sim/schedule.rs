@@ -341,10 +341,15 @@ pub(super) fn plan(seed: u64) -> Plan {
                 // coordinator moves and mints elsewhere while it answers.
                 let d = len(&mut rng, 8_000, 22_000);
                 at(start, Event::Cut { node });
-                if d > 13 * SECOND && rng.random_bool(0.6) {
+                if d > 15 * SECOND && rng.random_bool(0.6) {
+                    // The second process registers once the first is
+                    // fenced (9 s), is unfenced a heartbeat later, and only
+                    // then can win the election: it leads the role's
+                    // partition at a newer epoch while the first, cut,
+                    // still names itself leader at its old one.
                     at(start + 10 * SECOND, Event::Replace { node });
-                    at(start + 11 * SECOND + ms(500), Event::Elect);
-                    at(start + 12 * SECOND + ms(500), Event::Init { role });
+                    at(start + 12 * SECOND + ms(500), Event::Elect);
+                    at(start + 13 * SECOND + ms(500), Event::Init { role });
                 } else if d > 11 * SECOND {
                     // Once fenced (9 s) and its partitions moved.
                     at(start + 10 * SECOND + ms(500), Event::Init { role });

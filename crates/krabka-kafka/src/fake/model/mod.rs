@@ -133,6 +133,17 @@ pub struct TopicTruth {
     pub visible: Vec<Visible>,
 }
 
+/// A process answering from a view behind the controller's ([`Model::behind`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Behind {
+    /// Its node id.
+    pub node: i32,
+    /// New connections to the node reach it (it was not replaced).
+    pub reached: bool,
+    /// The roles it names itself coordinator of, with the pair it describes.
+    pub named: Vec<(String, (i64, i16))>,
+}
+
 /// What the model knows happened, for the checker.
 #[derive(Clone, Debug, Default)]
 pub struct Truth {
@@ -737,6 +748,50 @@ impl Model {
     /// The node leading `part` as the controller has it, at which epoch.
     pub fn leader(&self, part: Part) -> Option<(i32, i32)> {
         self.with(|s| s.controller.leader(part).map(|l| (l.leader, l.epoch)))
+    }
+
+    /// The processes that answer from a view behind the controller's (cut
+    /// off, paused and not caught up, replaced while cut), each with its
+    /// node, whether a new connection to the node reaches it, and the roles
+    /// it still names itself coordinator of with the pair it would
+    /// describe: where a client is most easily misled, so the observers
+    /// aim there.
+    pub fn behind(&self) -> Vec<Behind> {
+        self.with(|s| {
+            let roles: std::collections::BTreeSet<&str> = s
+                .truth
+                .held
+                .iter()
+                .filter(|h| h.cluster == s.data.cluster)
+                .map(|h| h.role.as_str())
+                .collect();
+            (0..s.processes.len())
+                .filter_map(|p| {
+                    let process = &s.processes[p];
+                    let node = process.node;
+                    let stale = process.life == Life::Running
+                        && process.answers()
+                        && process.view.applied < s.meta.len();
+                    stale.then(|| {
+                        let named = roles
+                            .iter()
+                            .filter_map(|&role| {
+                                let i = s.txn_part(role);
+                                process.leading.get(&Part::Txn(i))?;
+                                let known = process.known.get(&Part::Txn(i)).copied()?;
+                                let v = latest(&s.data.txn[&i], known, role)?;
+                                Some((role.to_owned(), (v.pid, v.epoch)))
+                            })
+                            .collect();
+                        Behind {
+                            node,
+                            reached: s.current.get(&node) == Some(&p),
+                            named,
+                        }
+                    })
+                })
+                .collect()
+        })
     }
 }
 
