@@ -202,6 +202,12 @@ pub(super) fn run(plan: &Plan) -> Result<Run, String> {
                     sim.crash(host_of(*node));
                 }
                 Event::Restart { node } => {
+                    // A start is on a stopped host: where another episode
+                    // started a process on it meanwhile (a new cluster),
+                    // that one is killed first, as the bounce kills what
+                    // ran on the host (seed 87: a process the controller
+                    // heard from, on a host that answered nobody).
+                    model.kill(*node);
                     model.start_again(*node, now);
                     sim.bounce(host_of(*node));
                 }

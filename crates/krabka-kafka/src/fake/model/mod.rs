@@ -668,11 +668,7 @@ impl Model {
         now: Duration,
     ) -> Result<i64, NotWritten> {
         self.with(|s| {
-            let pair = s
-                .data
-                .current(s.settings.txn_partitions, role)
-                .map(|v| (v.pid, v.epoch))
-                .ok_or_else(|| NotWritten(format!("{role} has no producer id")))?;
+            let pair = s.current_pair(role)?;
             let p = s.topic_part(role);
             let leader = s.writer(Part::Topic(p), now)?;
             let log = s
@@ -700,11 +696,7 @@ impl Model {
         now: Duration,
     ) -> Result<i64, NotWritten> {
         self.with(|s| {
-            let pair = s
-                .data
-                .current(s.settings.txn_partitions, role)
-                .map(|v| (v.pid, v.epoch))
-                .ok_or_else(|| NotWritten(format!("{role} has no producer id")))?;
+            let pair = s.current_pair(role)?;
             let p = s.topic_part(role);
             let leader = s.writer(Part::Topic(p), now)?;
             s.writer(Part::Txn(s.txn_part(role)), now)?;
@@ -837,6 +829,14 @@ fn latest(log: &[TxnEntry], len: usize, role: &str) -> Option<TxnValue> {
 }
 
 impl State {
+    /// The pair a member of `role` writes under: the role's current one.
+    fn current_pair(&self, role: &str) -> Result<(i64, i16), NotWritten> {
+        self.data
+            .current(self.settings.txn_partitions, role)
+            .map(|v| (v.pid, v.epoch))
+            .ok_or_else(|| NotWritten(format!("{role} has no producer id")))
+    }
+
     fn txn_part(&self, role: &str) -> i32 {
         crate::describe::partition_for(role, self.settings.txn_partitions as usize) as i32
     }
