@@ -52,14 +52,25 @@ fn topic_err(topic: &str, reason: impl Into<String>) -> KafkaError {
 /// The topic config that bounds a batch's size as written.
 const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
 
-/// `min.compaction.lag.ms` of a topic created here, unless its spec says
-/// otherwise: one hour. Past the active segment, only this lag keeps the
-/// cleaner from removing a superseded record (Kafka's `LogCleanerManager`;
-/// the broker's default is 0), and a record compacted before a lagging
-/// reader reached it is a change that reader never sees: an event stream's
-/// "every change, or a `reset`" holds while readers lag less than this
-/// (a schedule of the simulation tier, in development, showed it).
-const MIN_COMPACTION_LAG: (&str, &str) = ("min.compaction.lag.ms", "3600000");
+/// The configs a topic created here gets unless its spec says otherwise.
+/// - `min.compaction.lag.ms`, one hour: past the active segment, only this
+///   lag keeps the cleaner from removing a superseded record (Kafka's
+///   `LogCleanerManager`; the broker's default is 0), and a record
+///   compacted before a lagging reader reached it is a change that reader
+///   never sees: an event stream's "every change, or a `reset`" holds
+///   while readers lag less than this (a schedule of the simulation tier,
+///   in development, showed it).
+/// - `message.timestamp.type=LogAppendTime`: the lag is counted from a
+///   segment's largest record timestamp (`LogCleanerManager.cleanableOffsets`),
+///   which under the default `CreateTime` each producer sets from its own
+///   clock, and Kafka accepts any timestamp in the past
+///   (`message.timestamp.before.max.ms`): a member whose clock runs an
+///   hour behind would write records compactable at once. The broker's
+///   own clock stamps them instead.
+const CREATED_DEFAULTS: [(&str, &str); 2] = [
+    ("min.compaction.lag.ms", "3600000"),
+    ("message.timestamp.type", "LogAppendTime"),
+];
 
 /// A DescribeConfigs of `keys` of one resource.
 fn build_describe_config(kind: i8, name: &str, keys: &[&str]) -> DescribeConfigsRequest {
@@ -107,7 +118,7 @@ fn parse_max_message_bytes(response: &DescribeConfigsResponse) -> Option<usize> 
 }
 
 /// A CreateTopics of `topic` as `spec` says, compacted whatever it says,
-/// with a compaction lag of an hour unless it says one.
+/// with [`CREATED_DEFAULTS`] where it says nothing of them.
 fn build_create_topic(topic: &str, spec: &TopicSpec, timeout: Duration) -> CreateTopicsRequest {
     let mut configs = vec![("cleanup.policy".to_owned(), "compact".to_owned())];
     configs.extend(
@@ -116,9 +127,10 @@ fn build_create_topic(topic: &str, spec: &TopicSpec, timeout: Duration) -> Creat
             .filter(|(k, _)| k != "cleanup.policy")
             .cloned(),
     );
-    let (lag, hour) = MIN_COMPACTION_LAG;
-    if !configs.iter().any(|(k, _)| k == lag) {
-        configs.push((lag.to_owned(), hour.to_owned()));
+    for (key, value) in CREATED_DEFAULTS {
+        if !configs.iter().any(|(k, _)| k == key) {
+            configs.push((key.to_owned(), value.to_owned()));
+        }
     }
     CreateTopicsRequest::default()
         .with_timeout_ms(i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX))
@@ -374,7 +386,8 @@ mod tests {
             [
                 ("cleanup.policy", "compact"),
                 ("min.insync.replicas", "2"),
-                ("min.compaction.lag.ms", "3600000")
+                ("min.compaction.lag.ms", "3600000"),
+                ("message.timestamp.type", "LogAppendTime")
             ]
         );
         // A lag the spec sets is kept.

@@ -652,7 +652,7 @@ impl Model {
                 .topic
                 .get_mut(&p)
                 .ok_or_else(|| NotWritten("no such partition".into()))?;
-            let offset = log.append(role, key.into(), value.map(Bytes::from));
+            let offset = log.append(role, key.into(), value.map(Bytes::from), now);
             s.appended(Part::Topic(p), leader, now);
             Ok(offset)
         })
@@ -709,7 +709,7 @@ impl Model {
                 return Err(NotWritten("no open transaction of the current pair".into()));
             }
             let offset = log
-                .end(pair.0, pair.1, commit)
+                .end(pair.0, pair.1, commit, now)
                 .ok_or_else(|| NotWritten("nothing open".into()))?;
             s.appended(Part::Topic(p), leader, now);
             Ok(offset)
@@ -1303,7 +1303,7 @@ impl State {
                 _ => epoch,
             };
             if let Some(log) = self.data.topic.get_mut(&p) {
-                log.end(pid, bumped, false);
+                log.end(pid, bumped, false, now);
             }
             self.appended(Part::Topic(p), topic_writer, now);
         }

@@ -32,6 +32,9 @@ struct Entry {
     role: String,
     /// Removed by compaction: a gap in the offsets.
     removed: bool,
+    /// When it was appended: its timestamp, as the broker stamps it
+    /// (`message.timestamp.type=LogAppendTime`).
+    appended: Duration,
 }
 
 /// A transaction open in the partition.
@@ -87,7 +90,13 @@ impl Log {
     }
 
     /// A record written outside any transaction; its offset.
-    pub(crate) fn append(&mut self, role: &str, key: Bytes, value: Option<Bytes>) -> i64 {
+    pub(crate) fn append(
+        &mut self,
+        role: &str,
+        key: Bytes,
+        value: Option<Bytes>,
+        now: Duration,
+    ) -> i64 {
         self.push(
             role,
             Body::Data {
@@ -95,6 +104,7 @@ impl Log {
                 value,
                 txn: None,
             },
+            now,
         )
     }
 
@@ -120,22 +130,24 @@ impl Log {
                 value,
                 txn: Some(pair),
             },
+            now,
         )
     }
 
     /// Ends the open transaction of producer `pid` with a marker written at
     /// `epoch` (the coordinator's, which a timeout abort bumps); its offset,
     /// `None` when none is open.
-    pub(crate) fn end(&mut self, pid: i64, epoch: i16, commit: bool) -> Option<i64> {
+    pub(crate) fn end(&mut self, pid: i64, epoch: i16, commit: bool, now: Duration) -> Option<i64> {
         let open = self.open.remove(&pid)?;
-        Some(self.push(&open.role, Body::Marker { pid, epoch, commit }))
+        Some(self.push(&open.role, Body::Marker { pid, epoch, commit }, now))
     }
 
-    fn push(&mut self, role: &str, body: Body) -> i64 {
+    fn push(&mut self, role: &str, body: Body, now: Duration) -> i64 {
         self.entries.push(Entry {
             body,
             role: role.to_owned(),
             removed: false,
+            appended: now,
         });
         self.entries.len() as i64 - 1
     }
@@ -211,7 +223,6 @@ impl Log {
     /// offset, and the aborted transactions they overlap.
     pub(crate) fn read(&self, len: usize, from: i64) -> Read {
         let stable = self.last_stable_offset(len);
-        let outcomes = self.outcomes(len);
         let mut out = BytesMut::new();
         let mut aborted = Vec::new();
         // Aborted transactions (producer, first offset) overlapping
@@ -245,7 +256,6 @@ impl Log {
             if offset < start || offset_i >= stable || entry.removed {
                 continue;
             }
-            let _ = outcomes.get(&offset_i);
             out.extend_from_slice(&batch(offset_i, &entry.body));
         }
         Read {
@@ -264,18 +274,13 @@ impl Log {
 
     /// Compaction below the last stable offset: a data record whose key a
     /// later visible record of the partition has again is removed once it
-    /// has been visible for `min_lag` (`min.compaction.lag.ms`, measured
-    /// from when it became visible), and so is every record of an aborted
+    /// was appended `min_lag` ago (`min.compaction.lag.ms`: Kafka counts it
+    /// from the largest timestamp of the record's segment, never earlier
+    /// than the record's own; not from when a transaction's commit made it
+    /// visible, which may be later), and so is every record of an aborted
     /// transaction (Kafka's `LogCleaner`; markers stay, as they do for
     /// `delete.retention.ms`).
     pub(crate) fn compact(&mut self, now: Duration, min_lag: Duration) {
-        let since: BTreeMap<i64, Duration> =
-            self.visible.iter().map(|v| (v.offset, v.at)).collect();
-        let old_enough = |offset: usize| {
-            since
-                .get(&(offset as i64))
-                .is_some_and(|at| *at + min_lag <= now)
-        };
         let len = self.entries.len();
         let stable = self.last_stable_offset(len) as usize;
         let outcomes = self.outcomes(len);
@@ -293,7 +298,8 @@ impl Log {
             if let Body::Data { key, txn, .. } = &entry.body {
                 let aborted = txn.is_some() && outcomes.get(&(offset as i64)) == Some(&Some(false));
                 let superseded = latest.get(key).is_some_and(|&last| last > offset);
-                if aborted || (superseded && old_enough(offset)) {
+                let old_enough = entry.appended + min_lag <= now;
+                if aborted || (superseded && old_enough) {
                     entry.removed = true;
                 }
             }
@@ -352,16 +358,16 @@ mod tests {
     fn the_last_stable_offset_waits_for_the_earliest_open_transaction() {
         let now = Duration::ZERO;
         let mut log = Log::default();
-        log.append("r", key("a"), None); // 0
+        log.append("r", key("a"), None, now); // 0
         log.append_txn("r", (7, 0), key("b"), None, now); // 1, open
-        log.append("s", key("c"), None); // 2
+        log.append("s", key("c"), None, now); // 2
         assert_eq!(log.last_stable_offset(log.len()), 1);
         log.refresh_visible(now);
         assert_eq!(
             log.visible.iter().map(|v| v.offset).collect::<Vec<_>>(),
             [0]
         );
-        log.end(7, 0, true); // 3
+        log.end(7, 0, true, now); // 3
         assert_eq!(log.last_stable_offset(log.len()), 4);
         log.refresh_visible(Duration::from_secs(1));
         let seen: Vec<_> = log
@@ -379,9 +385,9 @@ mod tests {
         let now = Duration::ZERO;
         let mut log = Log::default();
         log.append_txn("r", (7, 0), key("k"), Some(key("1")), now); // 0
-        log.end(7, 1, false); // 1 ABORT
-        log.append("r", key("k"), Some(key("2"))); // 2
-        log.append("r", key("k"), Some(key("3"))); // 3
+        log.end(7, 1, false, now); // 1 ABORT
+        log.append("r", key("k"), Some(key("2")), now); // 2
+        log.append("r", key("k"), Some(key("3")), now); // 3
         log.refresh_visible(now);
         assert_eq!(
             log.visible.iter().map(|v| v.offset).collect::<Vec<_>>(),
@@ -397,15 +403,34 @@ mod tests {
 
     #[test]
     fn compaction_keeps_a_superseded_record_until_the_lag_passed() {
+        let secs = Duration::from_secs;
         let mut log = Log::default();
-        log.append("r", key("k"), Some(key("1"))); // 0
-        log.refresh_visible(Duration::from_secs(1));
-        log.append("r", key("k"), Some(key("2"))); // 1
-        log.refresh_visible(Duration::from_secs(5));
-        log.compact(Duration::from_secs(10), Duration::from_secs(10));
-        assert!(!log.entries[0].removed, "visible for 9 s of a 10 s lag");
-        log.compact(Duration::from_secs(11), Duration::from_secs(10));
+        log.append("r", key("k"), Some(key("1")), secs(1)); // 0
+        log.append("r", key("k"), Some(key("2")), secs(5)); // 1
+        log.refresh_visible(secs(5));
+        log.compact(secs(10), secs(10));
+        assert!(
+            !log.entries[0].removed,
+            "appended 9 s before, of a 10 s lag"
+        );
+        log.compact(secs(11), secs(10));
         assert!(log.entries[0].removed);
         assert!(!log.entries[1].removed, "the latest of its key stays");
+    }
+
+    #[test]
+    fn the_lag_counts_from_the_append_not_from_the_commit() {
+        let secs = Duration::from_secs;
+        let mut log = Log::default();
+        // Written at 1 s in a transaction committed at 8 s: visible from 8 s,
+        // its timestamp (the segment's, at most) still 1 s.
+        log.append_txn("r", (7, 0), key("k"), Some(key("1")), secs(1)); // 0
+        log.end(7, 0, true, secs(8)); // 1
+        log.refresh_visible(secs(8));
+        log.append("r", key("k"), Some(key("2")), secs(9)); // 2
+        log.refresh_visible(secs(9));
+        assert_eq!(log.visible[0].at, secs(8));
+        log.compact(secs(11), secs(10));
+        assert!(log.entries[0].removed, "3 s after it became visible");
     }
 }
