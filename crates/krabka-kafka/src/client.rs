@@ -264,7 +264,7 @@ impl KafkaClient {
         });
         self.state().learn(Lesson::Brokers { addr, brokers });
         if let Some(id) = id {
-            conn.hold_while_open(Box::new(self.state().connected(id)));
+            conn.hold_while_open(Box::new(self.state().connected(id, conn.answering())));
         }
         tracing::debug!(addr, protocol = config.security.protocol(), "connected");
         Ok(conn)

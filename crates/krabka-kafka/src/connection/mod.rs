@@ -55,6 +55,36 @@ type Reply = oneshot::Sender<Result<Bytes, KafkaError>>;
 /// What a connection holds for others until it fails.
 pub(crate) type Held = Box<dyn std::fmt::Debug + Send>;
 
+/// How long a connection may go without an answer and still count as
+/// contact with its cluster ([`Connection::answering`]). A cluster that is
+/// there answers the client's steady requests (a long poll ends within
+/// half a roster TTL, the coordinator poller asks every second); a
+/// connection that went quiet may be hanging, its cluster gone.
+pub(crate) const SILENCE: Duration = Duration::from_secs(1);
+
+/// Tells whether a connection's broker is still heard from
+/// ([`Connection::answering`]).
+#[derive(Clone)]
+pub(crate) struct Answering(std::sync::Weak<Shared>);
+
+impl Answering {
+    /// False once the connection failed or closed, or its broker has said
+    /// nothing for [`SILENCE`].
+    pub(crate) fn now(&self) -> bool {
+        let Some(shared) = self.0.upgrade() else {
+            return false;
+        };
+        let open = matches!(*lock(&shared.pending), Pending::Open(_));
+        open && lock(&shared.heard).elapsed() <= SILENCE
+    }
+}
+
+impl std::fmt::Debug for Answering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Answering").field(&self.now()).finish()
+    }
+}
+
 /// The partitions of `__transaction_state` the broker process on a
 /// connection names itself leader of, by index, with their leader epochs:
 /// what tells that process from another registered with the same node id
@@ -69,6 +99,9 @@ enum Pending {
 struct Shared {
     addr: String,
     pending: Mutex<Pending>,
+    /// When the broker last answered anything on the connection (or it
+    /// opened).
+    heard: Mutex<tokio::time::Instant>,
     /// Dropped when the connection fails (its count as contact with its
     /// cluster, `state::contact`).
     held: Mutex<Option<Held>>,
@@ -174,6 +207,9 @@ impl std::fmt::Debug for Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         self.reader.abort();
+        // At once, not when the aborted reader lets go of it: the
+        // connection stops counting as contact with its cluster.
+        self.shared.poison(self.shared.closed("dropped"));
     }
 }
 
@@ -188,6 +224,7 @@ impl Connection {
         let shared = Arc::new(Shared {
             addr: addr.to_owned(),
             pending: Mutex::new(Pending::Open(HashMap::new())),
+            heard: Mutex::new(tokio::time::Instant::now()),
             held: Mutex::default(),
         });
         let reader = tokio::spawn(read_loop(
@@ -335,6 +372,20 @@ impl Connection {
             || self
                 .retire_at
                 .is_some_and(|at| tokio::time::Instant::now() >= at)
+    }
+
+    /// Whether the broker is still heard from: the connection lives and
+    /// its broker answered within [`SILENCE`]. Only such a connection shows
+    /// its cluster is still there: one whose link hangs looks alive
+    /// (nothing resets it) until a request on it times out, and one with
+    /// nothing to ask looks alive for ever, while the cluster behind the
+    /// address may be another by now (seed 1005 of the simulation; on
+    /// Kafka, `replaced::an_address_moved_while_its_connections_hang...`:
+    /// the old cluster's cached verdicts were served 5.3 s on an idle
+    /// connection, until a request on it timed out). Weak: it keeps
+    /// nothing of the connection alive.
+    pub(crate) fn answering(&self) -> Answering {
+        Answering(Arc::downgrade(&self.shared))
     }
 
     /// Requests sent and not yet answered.
@@ -535,6 +586,7 @@ where
         }
         let body = body.freeze();
         let id = (&body[..4]).get_i32();
+        *lock(&shared.heard) = tokio::time::Instant::now();
         let waiter = match &mut *lock(&shared.pending) {
             Pending::Open(map) => map.remove(&id),
             Pending::Poisoned(_) => return,

@@ -391,3 +391,33 @@ async fn a_frame_is_allocated_as_its_bytes_arrive_not_as_declared() {
     read.expect("read");
     assert_eq!(&body[..], &expected[..]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_is_answering_while_its_broker_was_heard_from_within_the_silence() {
+    let (client, mut broker) = tokio::io::duplex(MAX);
+    let conn = connection(client);
+    let answering = conn.answering();
+    assert!(answering.now(), "just opened");
+    async fn ask(conn: &Connection, broker: &mut DuplexStream) {
+        let answer = async {
+            let (id, version) = read_request(broker).await;
+            respond(broker, id, version, "c").await;
+        };
+        let request = MetadataRequest::default();
+        let (answered, ()) = tokio::join!(conn.call(&request, Duration::from_secs(30)), answer);
+        answered.unwrap();
+    }
+    ask(&conn, &mut broker).await;
+    tokio::time::sleep(SILENCE - Duration::from_millis(10)).await;
+    assert!(
+        answering.now(),
+        "heard from a moment less than the silence ago"
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Idle, or hanging: nothing heard for the silence.
+    assert!(!answering.now(), "nothing heard for the silence");
+    ask(&conn, &mut broker).await;
+    assert!(answering.now(), "heard from again");
+    drop(conn);
+    assert!(!answering.now(), "a connection gone");
+}

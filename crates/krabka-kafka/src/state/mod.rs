@@ -4,8 +4,9 @@
 //! Seven tables, each the only owner of its state:
 //! - [`nodes`]: per broker address, the failures since it last answered,
 //!   the reconnect backoff they earned and why the last one failed;
-//! - [`contact`]: the live connections per cluster id: while none of the
-//!   known cluster's lives, nothing remembered of it is used;
+//! - [`contact`]: the live connections per cluster id, heard from within a
+//!   second: while none of the known cluster's is, nothing remembered of
+//!   it is used;
 //! - [`view`]: brokers, partition leaders and the cluster id (metadata);
 //! - [`epochs`]: the newest leader epoch of each partition any broker
 //!   reported, the brokers whose metadata is behind it (stale: not asked
@@ -176,14 +177,19 @@ impl ClusterState {
     }
 
     /// Counts a connection whose broker said, as its first answer, that it
-    /// belongs to `cluster` (already adopted), until the guard is dropped.
-    pub(crate) fn connected(&self, cluster: Arc<str>) -> Counted {
-        self.contact.connected(cluster)
+    /// belongs to `cluster` (already adopted), while `answering` says its
+    /// broker is heard from, until the guard is dropped.
+    pub(crate) fn connected(
+        &self,
+        cluster: Arc<str>,
+        answering: crate::connection::Answering,
+    ) -> Counted {
+        self.contact.connected(cluster, answering)
     }
 
     /// The id of the cluster the client is in contact with now: the known
     /// one, while a connection whose broker gave that id when it opened is
-    /// alive. `None` from the loss of the last one until a new connection
+    /// alive and heard from. `None` from the loss of the last one until a new connection
     /// has named its cluster: the cluster behind the addresses may have
     /// been replaced meanwhile (`contact`).
     pub(crate) fn in_contact(&self) -> Option<Arc<str>> {
