@@ -154,6 +154,10 @@ fn describe(check: &Check) -> String {
 /// `current`: authoritative, superseded, unknown or vacant.
 fn allowed(token: Pair, current: Option<Pair>, held_before: &[Pair]) -> &'static [&'static str] {
     match current {
+        // A token over for good may be called so while nobody holds the
+        // role (seed 12620: a cached `superseded` once the role's id had
+        // expired).
+        None if over(token, held_before) => &["vacant", "superseded"],
         None => &["vacant"],
         Some(c) if c == token => &["authoritative"],
         Some(c) if c.0 == token.0 && token.1 < c.1 => &["superseded"],
@@ -163,6 +167,16 @@ fn allowed(token: Pair, current: Option<Pair>, held_before: &[Pair]) -> &'static
         Some(_) if held_before.iter().any(|p| p.0 == token.0) => &["superseded", "unknown"],
         Some(_) => &["unknown"],
     }
+}
+
+/// Whether `token` is over for good, by what the role held (in order): a
+/// later epoch of its producer id, or another producer id after it.
+fn over(token: Pair, held: &[Pair]) -> bool {
+    held.iter().any(|p| p.0 == token.0 && p.1 > token.1)
+        || held
+            .iter()
+            .position(|p| p.0 == token.0)
+            .is_some_and(|i| held[i..].iter().any(|p| p.0 != token.0))
 }
 
 /// Every broken invariant of `run`.
@@ -236,14 +250,7 @@ fn check_answer(lines: &Timelines<'_>, check: &Check, found: &mut Vec<Violation>
         }
         "superseded" => {
             let held = lines.held_until(&verdict.cluster, check.role, to);
-            let over = held
-                .iter()
-                .any(|p| p.0 == check.token.0 && p.1 > check.token.1)
-                || held
-                    .iter()
-                    .position(|p| p.0 == check.token.0)
-                    .is_some_and(|i| held[i..].iter().any(|p| p.0 != check.token.0));
-            if !over || pairs.iter().all(|p| *p == token) {
+            if !over(check.token, &held) || pairs.iter().all(|p| *p == token) {
                 broken("superseded for a token that was not over");
             }
             if let Some(by) = verdict.superseded_by
