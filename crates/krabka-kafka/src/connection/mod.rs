@@ -381,7 +381,7 @@ impl Connection {
     /// nothing to ask looks alive for ever, while the cluster behind the
     /// address may be another by now (seed 1005 of the simulation; on
     /// Kafka, `replaced::an_address_moved_while_its_connections_hang...`:
-    /// the old cluster's cached verdicts were served 5.3 s on an idle
+    /// the old cluster's cached verdicts were served 5.3-5.4 s on an idle
     /// connection, until a request on it timed out). Weak: it keeps
     /// nothing of the connection alive.
     pub(crate) fn answering(&self) -> Answering {
