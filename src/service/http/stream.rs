@@ -53,11 +53,14 @@ fn change(event: &RoleEvent, cluster: Option<&str>) -> Event {
 }
 
 /// A `snapshot` or `reset` event: the whole roster, with the id of the
-/// last offset it includes (so resuming from it misses nothing).
+/// last offset it includes (so resuming from it misses nothing). A role
+/// with no record has the id of the last offset read of its partition: its
+/// records up to there (a registration and its removal) are in the
+/// nothing, and the changes after it follow, none again.
 fn whole(state: &AppState, role: &str, name: &str, cluster: Option<&str>) -> (Event, i64) {
     let stagger = state.stagger_ms();
-    match state.watcher.role(role) {
-        Ok(Some(view)) => {
+    match state.watcher.role_as_of(role) {
+        Ok((Some(view), _)) => {
             let last = view.offset - 1;
             let body = roster(&view, state.clock.now_ms(), stagger);
             let event = Event::default()
@@ -67,13 +70,16 @@ fn whole(state: &AppState, role: &str, name: &str, cluster: Option<&str>) -> (Ev
                 .unwrap_or_else(|_| Event::default().comment("unserializable roster"));
             (event, last)
         }
-        Ok(None) => (
-            Event::default().event(name).data(format!(
+        Ok((None, read_to)) => {
+            let event = Event::default().event(name).data(format!(
                 "{{\"role\":{},\"roster\":null}}",
                 serde_json::Value::String(role.to_owned())
-            )),
-            -1,
-        ),
+            ));
+            match read_to.filter(|next| *next > 0) {
+                Some(next) => (event.id(id(next - 1, cluster)), next - 1),
+                None => (event, -1),
+            }
+        }
         // Not caught up (cannot happen once a stream started, but after
         // another cluster answered: then no reset is sent before the new
         // one is read). Data, not a comment: a comment must not hold a

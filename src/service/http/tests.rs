@@ -926,6 +926,34 @@ async fn another_cluster_drops_the_old_views_at_once_and_resets_every_stream() {
     assert_eq!(resumed.next().await.0, "registered");
 }
 
+/// A role whose records all went (a registration and its removal) has no
+/// roster, but a stream of it still stands at an offset: the last one read
+/// of its partition. Before, its `snapshot` had no id: a client could not
+/// resume from it, and the simulation's checker could not tell which
+/// changes it owed (seed 12396).
+#[tokio::test]
+async fn a_snapshot_of_no_roster_names_the_offset_it_holds_as_of() {
+    let rig = rig();
+    let member = rig.cluster.transport();
+    member.register("orders", "node-1", 1).await.unwrap();
+    let removed = member.deregister("orders", "node-1").await.unwrap();
+    eventually(FIVE_S, "no view of orders", async || {
+        (call(&rig.app, get("/roles/orders")).await.0 == StatusCode::NOT_FOUND).then_some(())
+    })
+    .await;
+    let mut stream = Events::open(&rig.app, None).await;
+    let (event, id) = stream.next().await;
+    assert_eq!(event, "snapshot");
+    assert_eq!(id.as_deref(), Some(&*format!("{removed}@memory-cluster")));
+    let added = member.register("orders", "node-2", 2).await.unwrap();
+    let (event, next) = stream.next().await;
+    assert_eq!(event, "registered", "the change after it, nothing before");
+    assert_eq!(next.as_deref(), Some(&*format!("{added}@memory-cluster")));
+    // Resumed from the snapshot's id: the change after it, no reset.
+    let mut resumed = Events::open(&rig.app, id.as_deref()).await;
+    assert_eq!(resumed.next().await, ("registered".to_owned(), next));
+}
+
 #[tokio::test]
 async fn a_role_page_is_html_under_the_strict_policy_with_503_and_404_pages() {
     let rig = rig();

@@ -663,25 +663,34 @@ impl Watcher {
     /// One role's view; `None` when the topic holds no record of it. An
     /// error when the topic is not readable yet.
     pub fn role(&self, role: &str) -> Result<Option<RoleView>, NotReady> {
+        self.role_as_of(role).map(|(view, _)| view)
+    }
+
+    /// One role's view, or `None`, with the offset its partition is read
+    /// to (exclusive; `None` without a partition), taken together: what a
+    /// "no record of it" holds as of, so that an event stream starting from
+    /// it neither misses nor repeats a change.
+    pub fn role_as_of(&self, role: &str) -> Result<(Option<RoleView>, Option<i64>), NotReady> {
         let Some(Reading { parts, .. }) = self.reading()? else {
-            return self.without_topic().map(|()| None);
+            return self.without_topic().map(|()| (None, None));
         };
         // The partition count was read from the topic: at least one.
         let Ok(partition) = role_partition(role, parts.len() as i32) else {
-            return Ok(None);
+            return Ok((None, None));
         };
         let Some(slot) = parts.get(partition as usize) else {
-            return Ok(None);
+            return Ok((None, None));
         };
         let part = lock(slot);
         if let Some(why) = unviewable(&part, partition) {
             return Err(why);
         }
         let now = self.clock.now_ms();
-        Ok(part
+        let view = part
             .tracker
             .facts(role, now)
-            .map(|facts| self.view(&part, facts, partition, now)))
+            .map(|facts| self.view(&part, facts, partition, now));
+        Ok((view, Some(part.tracker.next_offset())))
     }
 
     /// The read position and age of the view of `role`'s partition (what a

@@ -31,6 +31,7 @@ use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use krabka_coordination::time::boot_now;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -83,7 +84,7 @@ impl Answering {
             return false;
         };
         let open = matches!(*lock(&shared.pending), Pending::Open(_));
-        open && lock(&shared.heard).elapsed() <= SILENCE
+        open && boot_now().saturating_duration_since(*lock(&shared.heard)) <= SILENCE
     }
 }
 
@@ -108,7 +109,9 @@ struct Shared {
     addr: String,
     pending: Mutex<Pending>,
     /// When the broker last answered anything on the connection (or it
-    /// opened).
+    /// opened), a [`boot_now`] instant: a host that slept through the
+    /// silence has not heard from its brokers since, however little
+    /// tokio's clock moved.
     heard: Mutex<tokio::time::Instant>,
     /// Dropped when the connection fails (its count as contact with its
     /// cluster, `state::contact`).
@@ -232,7 +235,7 @@ impl Connection {
         let shared = Arc::new(Shared {
             addr: addr.to_owned(),
             pending: Mutex::new(Pending::Open(HashMap::new())),
-            heard: Mutex::new(tokio::time::Instant::now()),
+            heard: Mutex::new(boot_now()),
             held: Mutex::default(),
         });
         let reader = tokio::spawn(read_loop(
@@ -594,7 +597,7 @@ where
         }
         let body = body.freeze();
         let id = (&body[..4]).get_i32();
-        *lock(&shared.heard) = tokio::time::Instant::now();
+        *lock(&shared.heard) = boot_now();
         let waiter = match &mut *lock(&shared.pending) {
             Pending::Open(map) => map.remove(&id),
             Pending::Poisoned(_) => return,

@@ -418,6 +418,12 @@ async fn a_connection_is_answering_while_its_broker_was_heard_from_within_the_si
     assert!(!answering.now(), "nothing heard for the silence");
     ask(&conn, &mut broker).await;
     assert!(answering.now(), "heard from again");
+    // The host slept through the silence: tokio's clock did not move, yet
+    // nothing was heard for it.
+    krabka_coordination::time::simulate_suspend(SILENCE + Duration::from_millis(10));
+    assert!(!answering.now(), "a suspend as long as the silence");
+    ask(&conn, &mut broker).await;
+    assert!(answering.now(), "heard from after the suspend");
     drop(conn);
     assert!(!answering.now(), "a connection gone");
 }
