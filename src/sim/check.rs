@@ -6,7 +6,8 @@
 //!   answer's arrival.
 //! - **409s.** No verdict names a cluster that was not the one behind the
 //!   addresses at some instant of its request (a cached one: of the
-//!   [`CACHED_CONTACT`] before it too), nor a `current` pair that was
+//!   [`CACHED_CONTACT`] before it too; the cache answers `superseded`
+//!   only), nor a `current` pair that was
 //!   not current then, nor a `supersededBy` pair the role never held there;
 //!   `superseded` is said only of a token that is over (an earlier epoch of
 //!   a producer id the role held, or a producer id it moved on from),
@@ -235,7 +236,12 @@ fn check_answer(lines: &Timelines<'_>, check: &Check, found: &mut Vec<Violation>
             detail: describe(check),
         })
     };
-    let since = if verdict.cached {
+    // The cache answers `superseded` only (a yes is never cached).
+    let cached = verdict.cached && verdict.verdict == "superseded";
+    if verdict.cached && !cached {
+        broken("a cached verdict other than superseded");
+    }
+    let since = if cached {
         check.sent.saturating_sub(CACHED_CONTACT)
     } else {
         check.sent
