@@ -139,8 +139,10 @@ pub struct CheckSettings {
 #[derive(Args, Clone, Debug)]
 pub struct TopicCreation {
     /// Create the coordination topic when it is missing, compacted, with
-    /// --topic-partitions and --topic-replication-factor (needs Create on
-    /// the topic or the cluster). Off: a missing topic means no role is
+    /// --topic-partitions and --topic-replication-factor,
+    /// min.compaction.lag.ms=3600000 and message.timestamp.type=LogAppendTime
+    /// (needs Create on the topic or the cluster; an existing topic lacking
+    /// the last two is warned of). Off: a missing topic means no role is
     /// registered yet; the service is ready, checks work, views are empty.
     #[arg(long, env = "KRABKA_CREATE_TOPIC", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub create_topic: bool,

@@ -72,6 +72,35 @@ const CREATED_DEFAULTS: [(&str, &str); 2] = [
     ("message.timestamp.type", "LogAppendTime"),
 ];
 
+/// Below this `min.compaction.lag.ms` a topic is warned of: an outage of
+/// the service's reads longer than the lag may lose a change to the
+/// cleaner (an event stream then skips it without a `reset`).
+const LAG_WARNED_BELOW_MS: i64 = 10 * 60 * 1000;
+
+/// What is unsafe in a topic's compaction configs ([`CREATED_DEFAULTS`]
+/// says why each matters), as warnings; `None` values were not given (no
+/// warning: the answer may omit them).
+fn compaction_warnings(lag_ms: Option<&str>, timestamp_type: Option<&str>) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if let Some(lag) = lag_ms
+        && lag
+            .trim()
+            .parse::<i64>()
+            .is_ok_and(|ms| ms < LAG_WARNED_BELOW_MS)
+    {
+        warnings.push(format!(
+            "min.compaction.lag.ms={lag}: a change superseded within that long may be compacted before a reader that fell behind reads it (set 3600000; docs/operations.md)"
+        ));
+    }
+    if timestamp_type.is_some_and(|t| t.trim() == "CreateTime") {
+        warnings.push(
+            "message.timestamp.type=CreateTime: each producer's clock stamps its records and so decides when compaction may remove them (set LogAppendTime; docs/operations.md)"
+                .to_owned(),
+        );
+    }
+    warnings
+}
+
 /// A DescribeConfigs of `keys` of one resource.
 fn build_describe_config(kind: i8, name: &str, keys: &[&str]) -> DescribeConfigsRequest {
     let keys = keys.iter().map(|k| StrBytes::from_string((*k).to_owned()));
@@ -210,10 +239,14 @@ impl Topics<'_> {
     }
 
     /// The topic's `cleanup.policy`, asked of any broker; its
-    /// `max.message.bytes` comes with it and is remembered.
+    /// `max.message.bytes` comes with it and is remembered, and its
+    /// compaction configs are warned of when unsafe.
     pub async fn cleanup_policy(&self, topic: &str) -> Result<String, KafkaError> {
         retrying(self.client.config(), "describe configs", || async move {
-            let keys = ["cleanup.policy", MAX_MESSAGE_BYTES];
+            let keys = ["cleanup.policy", MAX_MESSAGE_BYTES]
+                .into_iter()
+                .chain(CREATED_DEFAULTS.map(|(key, _)| key));
+            let keys: Vec<&str> = keys.collect();
             let request = build_describe_config(RESOURCE_TOPIC, topic, &keys);
             let (response, _) = self.client.send_any(&request, &[]).await?;
             if response.results.is_empty() {
@@ -222,6 +255,12 @@ impl Topics<'_> {
             let policy = parse_describe_config(&response, "cleanup.policy")?;
             if let Some(bytes) = parse_max_message_bytes(&response) {
                 self.remember_max_message_bytes(topic, bytes);
+            }
+            let [(lag, _), (timestamps, _)] = CREATED_DEFAULTS;
+            let lag = parse_describe_config(&response, lag)?;
+            let timestamps = parse_describe_config(&response, timestamps)?;
+            for warning in compaction_warnings(lag.as_deref(), timestamps.as_deref()) {
+                tracing::warn!(topic, "the coordination topic has {warning}");
             }
             Ok(policy.unwrap_or_else(|| "delete".to_owned()))
         })
@@ -403,6 +442,28 @@ mod tests {
             .map(|c| c.value.as_ref().unwrap().as_str())
             .collect();
         assert_eq!(lags, ["60000"]);
+    }
+
+    #[test]
+    fn a_topic_is_warned_of_a_short_compaction_lag_and_producer_stamped_times() {
+        assert!(compaction_warnings(Some("3600000"), Some("LogAppendTime")).is_empty());
+        assert!(compaction_warnings(None, None).is_empty(), "not given");
+        let [lag, stamps] = [
+            compaction_warnings(Some("0"), Some("LogAppendTime")),
+            compaction_warnings(Some("600000"), Some("CreateTime")),
+        ];
+        assert!(
+            lag.len() == 1 && lag[0].starts_with("min.compaction.lag.ms=0"),
+            "{lag:?}"
+        );
+        assert!(
+            stamps.len() == 1 && stamps[0].starts_with("message.timestamp.type=CreateTime"),
+            "{stamps:?}"
+        );
+        assert_eq!(
+            compaction_warnings(Some("599999"), Some("CreateTime")).len(),
+            2
+        );
     }
 
     #[test]
