@@ -89,7 +89,7 @@ fn compaction_warnings(lag_ms: Option<&str>, timestamp_type: Option<&str>) -> Ve
             .is_ok_and(|ms| ms < LAG_WARNED_BELOW_MS)
     {
         warnings.push(format!(
-            "min.compaction.lag.ms={lag}: a change superseded within that long may be compacted before a reader that fell behind reads it (set 3600000; docs/operations.md)"
+            "min.compaction.lag.ms={lag}: a superseded record may be compacted before a reader lagging longer than that reads it, and its event streams miss the change (set 3600000; docs/operations.md)"
         ));
     }
     if timestamp_type.is_some_and(|t| t.trim() == "CreateTime") {
