@@ -243,6 +243,17 @@ impl Sse {
         }
     }
 
+    /// A new stream and its first event, a `snapshot`.
+    async fn snapshot(url: &str) -> (Sse, SseEvent) {
+        let mut stream = Sse::open(url, None).await;
+        let first = stream
+            .next(Duration::from_secs(5))
+            .await
+            .expect("a snapshot");
+        assert_eq!(first.event, "snapshot", "{first:?}");
+        (stream, first)
+    }
+
     async fn next(&mut self, within: Duration) -> Option<SseEvent> {
         let deadline = Instant::now() + within;
         loop {
@@ -288,12 +299,7 @@ async fn a_resumed_event_stream_delivers_every_change_in_between() {
     let url = format!("{}/roles/{role}/events", service.url);
     let registrar = transport(&topic).await;
 
-    let mut stream = Sse::open(&url, None).await;
-    let snapshot = stream
-        .next(Duration::from_secs(5))
-        .await
-        .expect("a snapshot");
-    assert_eq!(snapshot.event, "snapshot");
+    let (mut stream, _) = Sse::snapshot(&url).await;
     registrar.register(&role, "x", 1).await.unwrap();
     let first = stream.next(Duration::from_secs(5)).await.expect("an event");
     assert_eq!(first.event, "registered");
@@ -383,12 +389,7 @@ async fn a_snapshot_of_a_role_with_no_record_left_is_resumable() {
     let service = start(watcher_config(&topic)).await;
     ready(&service).await;
     let url = format!("{}/roles/{role}/events", service.url);
-    let mut stream = Sse::open(&url, None).await;
-    let snapshot = stream
-        .next(Duration::from_secs(5))
-        .await
-        .expect("a snapshot");
-    assert_eq!(snapshot.event, "snapshot");
+    let (mut stream, snapshot) = Sse::snapshot(&url).await;
     assert_eq!(snapshot.data["roster"], Value::Null, "{snapshot:?}");
     let id = snapshot.id.clone().expect("an id: the offset read to");
     assert!(id.contains('@'), "{id}");
