@@ -62,13 +62,15 @@ pub(crate) type Held = Box<dyn std::fmt::Debug + Send>;
 /// half a roster TTL, the coordinator poller asks every second); a
 /// connection that went quiet may be hanging, its cluster gone.
 ///
-/// Assumed: no other cluster answers behind the same addresses within
-/// this second after the old one's last answer (a real replacement takes
-/// seconds: JVMs start, a KRaft quorum elects). A host crash sends no
-/// reset, so a faster one is served the old cluster's cached verdicts for
-/// the rest of the second (the simulation's seed 12506, open; on Kafka
-/// 4.1.1, 4.4.0 and 3.9.2, `replaced::an_address_moved_while_its_connections_hang...`
-/// bounds it at 0.69-0.77 s).
+/// Promised, not assumed away: a cluster replaced behind the same
+/// addresses without a reset (its hosts crashed, its links hang while the
+/// address moves) may still have its cached verdicts (`superseded` only)
+/// served for the rest of this second after its last answer; docs/trust.md
+/// says so, the simulation's checker allows exactly this second
+/// (`sim::check::CACHED_CONTACT`; seed 12506 fails with a longer silence),
+/// and on Kafka 4.1.1, 4.4.0 and 3.9.2
+/// `replaced::an_address_moved_while_its_connections_hang...` bounds it at
+/// 0.69-0.77 s. Counted on the boot clock: a host suspend is silence too.
 pub(crate) const SILENCE: Duration = Duration::from_secs(1);
 
 /// Tells whether a connection's broker is still heard from
