@@ -243,10 +243,8 @@ impl Topics<'_> {
     /// compaction configs are warned of when unsafe.
     pub async fn cleanup_policy(&self, topic: &str) -> Result<String, KafkaError> {
         retrying(self.client.config(), "describe configs", || async move {
-            let keys = ["cleanup.policy", MAX_MESSAGE_BYTES]
-                .into_iter()
-                .chain(CREATED_DEFAULTS.map(|(key, _)| key));
-            let keys: Vec<&str> = keys.collect();
+            let [(lag, _), (timestamps, _)] = CREATED_DEFAULTS;
+            let keys = ["cleanup.policy", MAX_MESSAGE_BYTES, lag, timestamps];
             let request = build_describe_config(RESOURCE_TOPIC, topic, &keys);
             let (response, _) = self.client.send_any(&request, &[]).await?;
             if response.results.is_empty() {
@@ -256,7 +254,6 @@ impl Topics<'_> {
             if let Some(bytes) = parse_max_message_bytes(&response) {
                 self.remember_max_message_bytes(topic, bytes);
             }
-            let [(lag, _), (timestamps, _)] = CREATED_DEFAULTS;
             let lag = parse_describe_config(&response, lag)?;
             let timestamps = parse_describe_config(&response, timestamps)?;
             for warning in compaction_warnings(lag.as_deref(), timestamps.as_deref()) {
