@@ -238,6 +238,18 @@ impl Topics<'_> {
         .await
     }
 
+    /// One config value of `topic`, asked of any broker once, without a
+    /// retry: for a reading that is taken again later anyway.
+    pub(crate) async fn topic_config_once(
+        &self,
+        topic: &str,
+        key: &str,
+    ) -> Result<Option<String>, KafkaError> {
+        let request = build_describe_config(RESOURCE_TOPIC, topic, &[key]);
+        let (response, _) = self.client.send_any(&request, &[]).await?;
+        parse_describe_config(&response, key)
+    }
+
     /// The topic's `cleanup.policy`, asked of any broker; its
     /// `max.message.bytes` comes with it and is remembered, and its
     /// compaction configs are warned of when unsafe.

@@ -6,158 +6,53 @@
 //! answers are kept (the argument is in `describe`).
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::quorum::{Says, Verdict, says, tally};
 use super::wire::{build_leaders_request, parse_leaders, partition_for};
 use super::{CONFIRM_WINDOW, DescribeAnswer, Describer, Pending};
 use crate::config::Broker;
 use crate::connection::{Connection, Leads};
 use crate::coordinator::{build_find_coordinator, parse_find_coordinator};
 use crate::error::{KafkaError, ResponseError};
-use crate::metadata::TRANSACTION_STATE;
+use crate::metadata::{TRANSACTION_STATE, parse_metadata};
 use crate::observe::StaleReason;
 use crate::state::{ConfirmRequest, Confirmation, Led, Lesson, Named, confirming};
 use krabka_coordination::time::boot_now;
 
-/// What a confirmation says of one id's coordinator.
-#[derive(Clone, Debug)]
-pub(crate) enum Says {
-    /// The broker process that answered the describe.
-    Same,
-    /// Another broker: the id moved.
-    Other(Broker),
-    /// The node id that answered, but not proven the same process: the
-    /// process on the describe's connection has not said it leads the
-    /// id's partition at the leader epoch the confirming broker names (a
-    /// replacement registered with that node id leads at a newer epoch
-    /// than the process it replaced; a broker that took the partition
-    /// after it last said what it leads has not said so yet). Why.
-    Unproven(String),
-    /// The confirming broker could not say.
-    Failed(KafkaError),
-}
-
-/// Per id, what `confirmation` says of the coordinator `at`, whose process
-/// on the describe's connection said it leads `leads`.
-pub(crate) fn says(
-    confirmation: &Confirmation,
-    at: &Broker,
-    leads: Option<&Leads>,
-) -> HashMap<String, Says> {
-    confirmation
-        .named
-        .iter()
-        .map(|(id, answer)| {
-            let says = match answer {
-                Ok(named) if named.broker.id == at.id => match named.led {
-                    // A FindCoordinator answer (a client that may not
-                    // describe `__transaction_state`): the node id is all
-                    // there is to go by.
-                    None => Says::Same,
-                    // Almost always: nothing to build, nothing to learn.
-                    Some(led) if leads.and_then(|l| l.get(&led.partition)) == Some(&led.epoch) => {
-                        Says::Same
-                    }
-                    Some(led) => Says::Unproven(format!(
-                        "broker {} names node {} leader of {TRANSACTION_STATE}-{} at epoch {}, and the process on this connection {}",
-                        confirmation.by.addr,
-                        at.id,
-                        led.partition,
-                        led.epoch,
-                        match leads.and_then(|l| l.get(&led.partition)) {
-                            Some(epoch) => format!("said it leads it at epoch {epoch}"),
-                            None => "has not said it leads it".to_owned(),
-                        }
-                    )),
-                },
-                Ok(named) => Says::Other(named.broker.clone()),
-                Err(e) => Says::Failed(e.clone()),
-            };
-            (id.clone(), says)
-        })
-        .collect()
-}
-
-/// What a confirmation (another broker's answer) backs of one batch: the
-/// coordinator it names for each id, or why it backs nothing.
-#[derive(Debug)]
-enum Backing {
-    /// Its answer, in time.
-    Named(HashMap<String, Says>),
-    /// No answer to go by, and why.
-    Failed(String),
-}
-
-impl Backing {
-    /// True when an id's coordinator is named at an epoch the describing
-    /// process has not named.
-    fn unproven(&self) -> bool {
-        matches!(self, Backing::Named(says) if says.values().any(|s| matches!(s, Says::Unproven(_))))
-    }
-
-    /// What the stream gave a batch of `at` (whose process on the
-    /// describe's connection said it leads `leads`): the confirmation
-    /// `received` (`None`: nothing within the window), `took` after the
-    /// batch was taken.
-    fn of(
-        received: Option<Result<Confirmation, KafkaError>>,
-        took: Duration,
-        at: &Broker,
-        leads: Option<&Leads>,
-    ) -> Backing {
-        match received {
-            None => Backing::Failed(format!(
-                "no other broker confirmed it within the {} ms window",
-                CONFIRM_WINDOW.as_millis()
-            )),
-            Some(Ok(_)) if took > CONFIRM_WINDOW => Backing::Failed(format!(
-                "the confirmation took {} ms, over the {} ms window",
-                took.as_millis(),
-                CONFIRM_WINDOW.as_millis()
-            )),
-            Some(Ok(confirmed)) => Backing::Named(says(&confirmed, at, leads)),
-            Some(Err(e)) => Backing::Failed(format!("no other broker confirmed it: {e}")),
-        }
-    }
-}
-
-/// Keeps the answers of the coordinator at `addr` that `confirmation`
-/// backs; every other answer becomes a retriable [`KafkaError::Stale`].
-/// Returns the ids another broker names a different coordinator for, and
-/// whether an answer was not proven to come from the process that leads.
+/// Keeps the answers of the coordinator at `addr` that `verdicts` back
+/// (node `coordinator`); every other answer becomes a retriable
+/// [`KafkaError::Stale`]. Returns the ids another broker names a different
+/// coordinator for, and whether an answer was not proven to come from the
+/// process that leads.
 fn confirm(
     answers: &mut HashMap<String, DescribeAnswer>,
     addr: &str,
-    backing: &Backing,
+    coordinator: i32,
+    verdicts: &Result<HashMap<String, Verdict>, String>,
 ) -> (Vec<(String, Broker)>, bool) {
     let mut moved = Vec::new();
     let mut unproven = false;
-    let named = match backing {
-        Backing::Named(named) => Ok(named),
-        Backing::Failed(why) => Err(why),
-    };
     for (id, answer) in answers.iter_mut() {
         if answer.is_err() {
             continue;
         }
-        let reason = match named {
+        let reason = match verdicts {
             Err(why) => why.clone(),
-            Ok(named) => match named.get(id) {
-                Some(Says::Same) => continue,
-                Some(Says::Other(broker)) => {
-                    moved.push((id.clone(), broker.clone()));
-                    format!("another broker names {} as its coordinator", broker.addr)
+            Ok(verdicts) => match verdicts.get(id) {
+                Some(Verdict::Confirmed) => continue,
+                Some(verdict) => {
+                    match verdict {
+                        Verdict::Moved(broker) => moved.push((id.clone(), broker.clone())),
+                        Verdict::Unproven(_) => unproven = true,
+                        _ => {}
+                    }
+                    verdict.refusal(coordinator).unwrap_or_default()
                 }
-                Some(Says::Unproven(why)) => {
-                    unproven = true;
-                    why.clone()
-                }
-                Some(Says::Failed(e)) => format!("the confirmation failed: {e}"),
                 None => "the confirmation answered nothing for it".to_owned(),
             },
         };
@@ -245,51 +140,80 @@ impl Describer<'_> {
         }
     }
 
-    /// Asks `request`'s broker which broker coordinates each of its ids,
-    /// and at which leader epoch: one Metadata request of
-    /// `__transaction_state`, whose partition leaders are the coordinators
-    /// (`partition_for` maps an id to its partition). The epoch is what
-    /// tells the process that leads from another registered with the same
-    /// node id (`incarnation`); the broker also builds that topic's
-    /// partition list once for the request, where FindCoordinator builds it
-    /// again for every id (`KafkaApis.getCoordinator`: confirmations of 10
-    /// to 20 ids by FindCoordinator took twice a describe's round trip,
-    /// 1.35 against 0.73 ms at concurrency 64 on three brokers). A client
+    /// Asks `request`'s broker which broker coordinates each of its ids
+    /// ([`Self::ask_named`]).
+    async fn ask_confirmation(&self, request: &ConfirmRequest) -> Result<Confirmation, KafkaError> {
+        self.ask_named(&request.to, &request.ids).await
+    }
+
+    /// Asks `by` which broker coordinates each of `ids`, at which leader
+    /// epoch, and where the ids' partitions are replicated: one Metadata
+    /// request of `__transaction_state`, whose partition leaders are the
+    /// coordinators (`partition_for` maps an id to its partition). The
+    /// epoch is what tells the process that leads from another registered
+    /// with the same node id (`incarnation`), the replicas who may vote
+    /// (`quorum`); the broker also builds that topic's partition list once
+    /// for the request, where FindCoordinator builds it again for every id
+    /// (`KafkaApis.getCoordinator`: confirmations of 10 to 20 ids by
+    /// FindCoordinator took twice a describe's round trip, 1.35 against
+    /// 0.73 ms at concurrency 64 on three brokers). The answer is judged
+    /// against every other broker's Metadata answer (`state::epochs`) like
+    /// any other, and a broker it shows behind confirms nothing. A client
     /// the cluster does not let describe that topic
     /// (TOPIC_AUTHORIZATION_FAILED) confirms with FindCoordinator from then
     /// on, by node id alone (said at warn; docs/operations.md asks for the
     /// permission); any other error of the topic, this time.
-    async fn ask_confirmation(&self, request: &ConfirmRequest) -> Result<Confirmation, KafkaError> {
-        let by = request.to.clone();
+    pub(super) async fn ask_named(
+        &self,
+        by: &Broker,
+        ids: &[String],
+    ) -> Result<Confirmation, KafkaError> {
         if let Some(observer) = self.client.observer() {
-            observer.confirmation(&request.to.addr, request.ids.len());
+            observer.confirmation(&by.addr, ids.len());
         }
         if !self.client.state().confirms().by_find_coordinator() {
+            let sent = boot_now();
             let response = self
                 .client
-                .send_to(&request.to.addr, &build_leaders_request())
+                .send_to(&by.addr, &build_leaders_request())
                 .await?;
-            match parse_leaders(response) {
+            let leaders = parse_leaders(&response);
+            self.client.state().learn(Lesson::Metadata {
+                answer: parse_metadata(response),
+                from: &by.addr,
+                sent,
+            });
+            if self.client.state().epochs().is_stale(&by.addr) {
+                return Err(KafkaError::Stale {
+                    addr: by.addr.clone(),
+                    reason: "its metadata is behind another broker's: it confirms nothing"
+                        .to_owned(),
+                });
+            }
+            match leaders {
                 Ok(leaders) => {
-                    let named = request
-                        .ids
+                    let named = ids
                         .iter()
                         .map(|id| {
                             let partition = partition_for(id, leaders.len());
-                            let named = leaders[partition].clone().map(|leader| Named {
-                                broker: leader.broker,
+                            let named = leaders[partition].clone().map(|p| Named {
+                                broker: p.leader.broker,
                                 led: Some(Led {
                                     partition: i32::try_from(partition).unwrap_or(i32::MAX),
-                                    epoch: leader.epoch,
+                                    epoch: p.leader.epoch,
                                 }),
+                                replicas: p.replicas,
                             });
                             (id.clone(), named)
                         })
                         .collect();
-                    return Ok(Confirmation { by, named });
+                    return Ok(Confirmation {
+                        by: by.clone(),
+                        named,
+                    });
                 }
                 Err(e) if e.is(ResponseError::TopicAuthorizationFailed) => {
-                    tracing::warn!(error = %e, "this client may not describe {TRANSACTION_STATE}: describes are confirmed with FindCoordinator, by node id alone, which cannot tell a broker from a replacement registered with its node id (grant DESCRIBE on {TRANSACTION_STATE})");
+                    tracing::warn!(error = %e, "this client may not describe {TRANSACTION_STATE}: describes are confirmed with FindCoordinator, by node id alone, which cannot tell a broker from a replacement registered with its node id nor count the replicas that confirm (grant DESCRIBE on {TRANSACTION_STATE})");
                     self.client.state().confirms().use_find_coordinator();
                 }
                 // No answer for the topic (not created yet, or hidden):
@@ -301,11 +225,11 @@ impl Describer<'_> {
         }
         let response = self
             .client
-            .send_to(&request.to.addr, &build_find_coordinator(&request.ids))
+            .send_to(&by.addr, &build_find_coordinator(ids))
             .await?;
         Ok(Confirmation {
-            by,
-            named: parse_find_coordinator(&request.ids, response)
+            by: by.clone(),
+            named: parse_find_coordinator(ids, response)
                 .into_iter()
                 .map(|(id, answer)| (id, answer.map(Named::found)))
                 .collect(),
@@ -313,9 +237,10 @@ impl Describer<'_> {
     }
 
     /// Waits for the confirmation of a batch taken at `taken` (a
-    /// [`boot_now`] instant), within the window, and keeps the answers it
-    /// backs: those of the process on `conn` (which answered the describe)
-    /// that another broker names the leader.
+    /// [`boot_now`] instant), within the window, asks the replicas it
+    /// lacks (`quorum`), and keeps the answers they back: those of the
+    /// process on `conn` (which answered the describe) that enough
+    /// replicas name the leader.
     pub(super) async fn await_confirmation(
         &self,
         answers: &mut HashMap<String, DescribeAnswer>,
@@ -324,6 +249,7 @@ impl Describer<'_> {
         confirmation: Pending,
         taken: Instant,
     ) {
+        self.read_min_isr();
         let left = CONFIRM_WINDOW.saturating_sub(boot_now().saturating_duration_since(taken));
         let received = tokio::time::timeout(left, confirmation)
             .await
@@ -335,18 +261,183 @@ impl Describer<'_> {
             });
         let took = boot_now().saturating_duration_since(taken);
         let (seen, leads) = conn.leads();
-        let mut backing = Backing::of(received.clone(), took, coordinator, leads.as_deref());
-        if backing.unproven() {
+        let first = match received {
+            None => Err(format!(
+                "no other broker confirmed it within the {} ms window",
+                CONFIRM_WINDOW.as_millis()
+            )),
+            Some(Ok(_)) if took > CONFIRM_WINDOW => Err(format!(
+                "the confirmation took {} ms, over the {} ms window",
+                took.as_millis(),
+                CONFIRM_WINDOW.as_millis()
+            )),
+            Some(Ok(confirmed)) => Ok(confirmed),
+            Some(Err(e)) => Err(format!("no other broker confirmed it: {e}")),
+        };
+        let mut votes = Vec::new();
+        let verdicts = match first {
+            Err(why) => Err(why),
+            Ok(first) => {
+                votes.push(first);
+                let mut verdicts = self.tally(&votes, coordinator, leads.as_deref());
+                let short: Vec<String> = verdicts
+                    .iter()
+                    .filter(|(id, v)| {
+                        matches!(v, Verdict::Short { .. })
+                            && answers.get(*id).is_some_and(Result::is_ok)
+                    })
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                if !short.is_empty() {
+                    let more = self
+                        .ask_replicas(&verdicts, &short, coordinator, taken)
+                        .await;
+                    votes.extend(more);
+                    verdicts = self.tally(&votes, coordinator, leads.as_deref());
+                }
+                Ok(verdicts)
+            }
+        };
+        let mut give_up = false;
+        if let Ok(verdicts) = &verdicts
+            && verdicts.values().any(|v| matches!(v, Verdict::Unproven(_)))
+        {
             // What the process leads may have changed since it said: asked
-            // again, on the same connection, and judged again (its identity
-            // is what counts, not when it said it).
+            // again, on the same connection, for the next describe. This
+            // answer stays unconfirmed whatever it says now: it was given
+            // before, perhaps in an earlier term of the same process (a
+            // broker deposed, caught up and elected again names the new
+            // epoch at once; Kafka unfences it at its first heartbeat once
+            // caught up, and an election may follow at once). Still
+            // unproven then, the process is not the one that leads: its
+            // connections are given up.
             self.ask_leads(conn, seen).await;
-            backing = Backing::of(received, took, coordinator, conn.leads().1.as_deref());
+            let again = self.tally(&votes, coordinator, conn.leads().1.as_deref());
+            give_up = again.values().any(|v| matches!(v, Verdict::Unproven(_)));
         }
-        self.keep_confirmed(answers, coordinator, conn, &backing);
+        self.keep_confirmed(answers, coordinator, conn, &verdicts, give_up);
     }
 
-    /// Keeps the answers `backing` backs (see the module docs); the
+    /// Per id, what `votes` decide of `coordinator`'s answers, its process
+    /// having said it leads `leads`.
+    fn tally(
+        &self,
+        votes: &[Confirmation],
+        coordinator: &Broker,
+        leads: Option<&Leads>,
+    ) -> HashMap<String, Verdict> {
+        let epochs = self.client.state().epochs();
+        let newest = |p: i32| epochs.newest_epoch(TRANSACTION_STATE, p);
+        let said: Vec<(i32, HashMap<String, Says>)> = votes
+            .iter()
+            .map(|c| (c.by.id, says(c, coordinator, leads, &newest)))
+            .collect();
+        let min_isr = self.client.state().confirms().min_isr();
+        let mut ids: Vec<&String> = said.iter().flat_map(|(_, s)| s.keys()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter()
+            .map(|id| {
+                let per: Vec<(i32, &Says)> = said
+                    .iter()
+                    .filter_map(|(by, s)| s.get(id).map(|s| (*by, s)))
+                    .collect();
+                (id.clone(), tally(coordinator.id, &per, min_isr))
+            })
+            .collect()
+    }
+
+    /// Asks at once every replica the `short` ids lack a vote of (not the
+    /// coordinator, not one that voted, not a stale broker nor one in
+    /// reconnect backoff): their answers received within the window of the
+    /// batch `taken` at. Sent now, after the batch was taken.
+    async fn ask_replicas(
+        &self,
+        verdicts: &HashMap<String, Verdict>,
+        short: &[String],
+        coordinator: &Broker,
+        taken: Instant,
+    ) -> Vec<Confirmation> {
+        let mut wanted: Vec<i32> = short
+            .iter()
+            .filter_map(|id| match verdicts.get(id) {
+                Some(Verdict::Short {
+                    replicas, voted, ..
+                }) => Some(
+                    replicas
+                        .iter()
+                        .filter(|r| **r != coordinator.id && !voted.contains(r))
+                        .copied()
+                        .collect::<Vec<_>>(),
+                ),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let state = self.client.state();
+        let brokers = state.metadata().brokers();
+        let asked: Vec<Broker> = wanted
+            .into_iter()
+            .filter_map(|id| {
+                brokers.get(&id).map(|addr| Broker {
+                    id,
+                    addr: addr.clone(),
+                })
+            })
+            .filter(|b| !state.epochs().is_stale(&b.addr) && !state.nodes().is_blocked(&b.addr))
+            .collect();
+        let left = CONFIRM_WINDOW.saturating_sub(boot_now().saturating_duration_since(taken));
+        let answers = futures::future::join_all(
+            asked
+                .iter()
+                .map(|b| tokio::time::timeout(left, self.ask_named(b, short))),
+        )
+        .await;
+        answers.into_iter().filter_map(|a| a.ok()?.ok()).collect()
+    }
+
+    /// Reads `__transaction_state`'s `min.insync.replicas` in a task of its
+    /// own when it is due (never read, or a minute ago): how many replicas
+    /// must confirm (`quorum`). Until read, 1: the most replicas. A value
+    /// below 2 is warned of once: then every replica must confirm, and a
+    /// single broker's acks commit a new pair.
+    pub(super) fn read_min_isr(&self) {
+        let state = self.client.state();
+        // One broker confirms nothing (`describe`).
+        if state.metadata().single_broker() || !state.confirms().min_isr_due(Instant::now()) {
+            return;
+        }
+        let client = self.client.clone();
+        tokio::spawn(async move {
+            let read = client
+                .topics()
+                .topic_config_once(TRANSACTION_STATE, MIN_INSYNC_REPLICAS)
+                .await;
+            let value = match read {
+                Ok(value) => value.and_then(|v| v.trim().parse::<i32>().ok()),
+                Err(error) => {
+                    let first = client.state().confirms().min_isr_failed(Instant::now());
+                    let unknown = error.is(ResponseError::UnknownTopicOrPartition);
+                    if first && !unknown {
+                        tracing::warn!(%error, "cannot read {MIN_INSYNC_REPLICAS} of {TRANSACTION_STATE}: every replica of a coordinator's partition must confirm its answers until it is read (grant DESCRIBE_CONFIGS on {TRANSACTION_STATE}); asking again every few seconds");
+                    } else {
+                        tracing::debug!(%error, "cannot read {MIN_INSYNC_REPLICAS} of {TRANSACTION_STATE}");
+                    }
+                    return;
+                }
+            };
+            if let Some(low) = client.state().confirms().read_min_isr(value) {
+                tracing::warn!(
+                    min_isr = low,
+                    "{TRANSACTION_STATE} has {MIN_INSYNC_REPLICAS}={low}: one replica's acks commit a new pair, so every replica must confirm a coordinator's answers and a check answers 503 while one is unreachable (set transaction.state.log.min.isr to 2 and the topic's {MIN_INSYNC_REPLICAS} with it; docs/operations.md)"
+                );
+            }
+        });
+    }
+
+    /// Keeps the answers `verdicts` back (see the module docs); the
     /// others become retriable errors, and the table learns the
     /// coordinators another broker names.
     fn keep_confirmed(
@@ -354,11 +445,12 @@ impl Describer<'_> {
         answers: &mut HashMap<String, DescribeAnswer>,
         coordinator: &Broker,
         conn: &Arc<Connection>,
-        backing: &Backing,
+        verdicts: &Result<HashMap<String, Verdict>, String>,
+        give_up: bool,
     ) {
         let addr = coordinator.addr.as_str();
-        let (moved, unproven) = confirm(answers, addr, backing);
-        if unproven {
+        let (moved, _) = confirm(answers, addr, coordinator.id, verdicts);
+        if give_up {
             self.client.state().learn(Lesson::Unproven {
                 addr,
                 opened: conn.opened(),
@@ -386,10 +478,12 @@ impl Describer<'_> {
     }
 }
 
+/// The topic config that says how many replicas acknowledge a write.
+const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordinator::tests::{coordinator, response};
     use crate::describe::wire::tests::described;
 
     fn broker(id: i32) -> Broker {
@@ -399,101 +493,28 @@ mod tests {
         }
     }
 
-    fn led(id: i32, partition: i32, epoch: i32) -> Result<Named, KafkaError> {
-        Ok(Named {
-            broker: broker(id),
-            led: Some(Led { partition, epoch }),
-        })
-    }
-
     #[test]
-    fn a_confirmation_names_the_same_broker_another_or_fails() {
-        let at = Broker {
-            id: 1,
-            addr: "b:9001".into(),
-        };
-        let keys = ["same".to_owned(), "moved".to_owned(), "unknown".to_owned()];
-        let confirmation = Confirmation {
-            by: Broker {
-                id: 3,
-                addr: "b:9003".into(),
-            },
-            named: parse_find_coordinator(
-                &keys,
-                response(vec![
-                    coordinator("same", 1, 0),
-                    coordinator("moved", 2, 0),
-                    coordinator("unknown", -1, 15),
-                ]),
-            )
-            .into_iter()
-            .map(|(id, answer)| (id, answer.map(Named::found)))
-            .collect(),
-        };
-        let says = says(&confirmation, &at, None);
-        assert!(
-            matches!(says["same"], Says::Same),
-            "FindCoordinator: by node id"
-        );
-        assert!(matches!(&says["moved"], Says::Other(b) if b.id == 2 && b.addr == "b:9002"));
-        assert!(matches!(&says["unknown"], Says::Failed(e) if e.code() == Some(15)));
-    }
-
-    /// Node 1 answered the describe; the confirming broker names node 1
-    /// leader of the id's partition at some epoch. Only the process that
-    /// said it leads that partition at that epoch is node 1 now.
-    #[test]
-    fn the_same_node_id_is_the_same_broker_only_at_the_epoch_its_process_named() {
-        let confirmation = Confirmation {
-            by: broker(3),
-            named: HashMap::from([
-                ("led".to_owned(), led(1, 4, 9)),
-                ("replaced".to_owned(), led(1, 5, 12)),
-                ("taken since".to_owned(), led(1, 6, 3)),
-            ]),
-        };
-        let leads = Leads::from([(4, 9), (5, 11)]);
-        let says = says(&confirmation, &broker(1), Some(&leads));
-        assert!(matches!(says["led"], Says::Same));
-        assert!(
-            matches!(&says["replaced"], Says::Unproven(why) if why.contains("at epoch 12") && why.contains("said it leads it at epoch 11")),
-            "{:?}",
-            says["replaced"]
-        );
-        assert!(
-            matches!(&says["taken since"], Says::Unproven(why) if why.contains("has not said")),
-            "{:?}",
-            says["taken since"]
-        );
-        let unasked = super::says(&confirmation, &broker(1), None);
-        assert!(
-            unasked.values().all(|s| matches!(s, Says::Unproven(_))),
-            "a process that never said what it leads proves nothing"
-        );
-        let mut answers = described(&["led", "replaced", "taken since"]);
-        let (moved, unproven) = confirm(&mut answers, "b:1", &Backing::Named(says));
-        assert!(moved.is_empty() && unproven);
-        assert!(answers["led"].is_ok());
-        assert!(matches!(answers["replaced"], Err(KafkaError::Stale { .. })));
-        assert!(answers["taken since"].as_ref().unwrap_err().is_retriable());
-    }
-
-    #[test]
-    fn only_answers_another_broker_confirms_are_kept() {
-        let mut answers = described(&["same", "moved", "failed", "missing"]);
-        let named = HashMap::from([
-            ("same".to_owned(), Says::Same),
-            ("moved".to_owned(), Says::Other(broker(2))),
+    fn only_answers_the_verdicts_confirm_are_kept() {
+        let mut answers = described(&["same", "moved", "unproven", "short", "failed", "missing"]);
+        let verdicts = HashMap::from([
+            ("same".to_owned(), Verdict::Confirmed),
+            ("moved".to_owned(), Verdict::Moved(broker(2))),
+            ("unproven".to_owned(), Verdict::Unproven("epoch".into())),
             (
-                "failed".to_owned(),
-                Says::Failed(KafkaError::broker("FindCoordinator", 15, None)),
+                "short".to_owned(),
+                Verdict::Short {
+                    replicas: vec![1, 2, 3],
+                    voted: vec![],
+                    need: 1,
+                },
             ),
+            ("failed".to_owned(), Verdict::Failed("lost".into())),
         ]);
-        let (moved, unproven) = confirm(&mut answers, "b:1", &Backing::Named(named));
+        let (moved, unproven) = confirm(&mut answers, "b:1", 1, &Ok(verdicts));
         assert_eq!(moved, [("moved".to_owned(), broker(2))]);
-        assert!(!unproven);
+        assert!(unproven);
         assert!(answers["same"].is_ok());
-        for id in ["moved", "failed", "missing"] {
+        for id in ["moved", "unproven", "short", "failed", "missing"] {
             let error = answers[id].as_ref().unwrap_err();
             assert!(
                 matches!(error, KafkaError::Stale { addr, .. } if addr == "b:1"),
@@ -501,32 +522,16 @@ mod tests {
             );
             assert!(error.is_retriable(), "{id}: asked again");
         }
+        let short = answers["short"].as_ref().unwrap_err().to_string();
+        assert!(short.contains("1 replica(s)"), "{short}");
     }
 
     #[test]
-    fn no_confirmation_in_time_keeps_no_answer() {
-        let leads = Leads::from([(0, 5)]);
-        let confirmed = || {
-            Some(Ok(Confirmation {
-                by: broker(2),
-                named: HashMap::from([("a".to_owned(), led(1, 0, 5))]),
-            }))
-        };
-        let of = |received, took| Backing::of(received, took, &broker(1), Some(&leads));
-        let in_time = of(confirmed(), CONFIRM_WINDOW);
-        let late = of(confirmed(), CONFIRM_WINDOW + Duration::from_millis(1));
-        let failed = of(Some(Err(KafkaError::Internal("x".into()))), Duration::ZERO);
-        let none = of(None, CONFIRM_WINDOW);
-        for confirmation in [late, failed, none] {
-            let mut answers = described(&["a"]);
-            confirm(&mut answers, "b:1", &confirmation);
-            assert!(
-                matches!(answers["a"], Err(KafkaError::Stale { .. })),
-                "{confirmation:?}"
-            );
-        }
+    fn no_confirmation_keeps_no_answer() {
         let mut answers = described(&["a"]);
-        confirm(&mut answers, "b:1", &in_time);
-        assert!(answers["a"].is_ok(), "{in_time:?}");
+        confirm(&mut answers, "b:1", 1, &Err("no other broker".into()));
+        assert!(
+            matches!(&answers["a"], Err(KafkaError::Stale { reason, .. }) if reason.contains("no other broker"))
+        );
     }
 }

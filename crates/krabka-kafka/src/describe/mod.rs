@@ -11,47 +11,68 @@
 //!
 //! **Only confirmed answers.** A broker that paused (a long GC pause, a
 //! frozen VM) and came back still answers from its memory until it has
-//! caught up with the metadata log, which may be after another broker took
-//! over as coordinator and minted a newer pair: a deposed token would look
-//! current. So an answer of coordinator X is used only when another broker
-//! Y confirms it: Y names X as the leader of the id's `__transaction_state`
-//! partition in a Metadata answer, from Y's metadata image, at the leader
-//! epoch the process that answered the describe said it leads that
-//! partition at, on the describe's own connection (`incarnation`). X is a
+//! caught up with the metadata log, and a broker cut off from the
+//! controllers answers from memory for as long as the cut lasts; meanwhile
+//! another broker took over as coordinator and minted a newer pair: a
+//! deposed token would look current. A rack or zone that loses its route
+//! to the controllers leaves two or more brokers behind at once. So an
+//! answer of coordinator X is used only when enough *replicas* of the id's
+//! `__transaction_state` partition confirm it (`quorum`): each names X as
+//! the partition's leader in a Metadata answer, from its own metadata
+//! image, at the leader epoch the process that answered the describe said
+//! it leads that partition at, on the describe's own connection
+//! (`incarnation`), and at no epoch below one the client has seen. X is a
 //! process, not a node id: a process registered with a fenced broker's
 //! node id (a replaced host, a force-deleted pod) leads at newer epochs
 //! than the process it replaced, while a connection made before still
 //! reaches the old one. (A client the cluster does not let describe that
-//! topic confirms with FindCoordinator, by node id alone: weaker, said at
-//! warn.) Kafka's own rules give what such a confirmation is worth:
+//! topic confirms with FindCoordinator, by node id alone and one broker:
+//! weaker, said at warn.) Kafka's own rules give what such a confirmation
+//! is worth:
 //! 1. a new coordinator Z can only mint after the controller made it leader
 //!    of the id's `__transaction_state` partition and it wrote the new pair
-//!    there with acks=all, with `transaction.state.log.min.isr` (2 by
-//!    default) in-sync replicas; a follower fetches from Z only after it
-//!    applied that leadership change to its metadata, which FindCoordinator
-//!    and Metadata answer from;
-//! 2. so a broker Y that is a replica of that partition (every broker, in a
-//!    cluster no larger than the replication factor) names Z, not X, once a
-//!    newer pair exists, unless Y too is paused: a failure of two brokers
-//!    at once, which is out of scope; a broker that is not a replica
-//!    answers from a metadata log it follows within milliseconds;
-//! 3. a deposed broker leads again only after catching up with the
-//!    metadata log, getting unfenced by a heartbeat and winning an
-//!    election: longer than [`CONFIRM_WINDOW`];
-//! 4. every change of a partition's leader bumps its leader epoch
+//!    there with acks=all: committed once every replica of the partition's
+//!    ISR fetched it, and only while that ISR holds
+//!    `transaction.state.log.min.isr` (min.isr) of its RF replicas; a
+//!    follower fetches from Z only after it applied that leadership change
+//!    to its metadata, which FindCoordinator and Metadata answer from, and
+//!    its image never goes back;
+//! 2. so of any RF − min.isr + 1 replicas of that partition, one fetched
+//!    the new pair at Z's epoch and names Z (or a later leader), not X at
+//!    X's epoch, once the pair exists: X and RF − min.isr other replicas
+//!    naming X at X's epoch prove no other leader committed a pair before
+//!    the earliest of their answers. This needs no broker to be sound, only
+//!    `unclean.leader.election.enable=false` (Kafka's default: an unclean
+//!    election makes a leader of a replica outside the ISR, which may lack
+//!    the pair) and no reassignment of the partition meanwhile. A broker
+//!    holding no replica of the partition, or whose answer names an epoch
+//!    below one seen, counts for nothing but X's identity (below);
+//! 3. every change of a partition's leader bumps its leader epoch
 //!    (`PartitionChangeBuilder`), a node's old incarnation is fenced (its
 //!    leaderships moved, at new epochs) before a new one may register with
 //!    its id (`ClusterControlManager.registerBroker`), and a process
 //!    serves requests only once its image caught up at start-up: one
 //!    process ever leads a partition at a given epoch, and a process whose
-//!    own answer names itself leader at that epoch is that process.
+//!    own answer names itself leader at that epoch is that process. At
+//!    least one broker other than X must say the epoch, whatever min.isr
+//!    (with min.isr = RF, X's word alone would count for the partition, not
+//!    for which process of node X answered).
+//!
+//! When the rule cannot be met (the replicas it needs unreachable, behind,
+//! or in reconnect backoff) the answer is not used: asked again until the
+//! caller's deadline, then 503. min.isr is read from
+//! `__transaction_state`'s `min.insync.replicas` (`confirmation`), 1 until
+//! read (every replica then), again every minute, and a value below 2 is
+//! warned of.
 //!
 //! The argument rests on no duration of X's lag: X may answer from memory
 //! for as long as it likes (a pause, a partition from the controller).
-//! Y itself is never a broker known to be behind: a broker whose metadata
-//! reports a lower leader epoch than another broker did is stale and is not
-//! asked to confirm (nor to look coordinators up, nor for metadata) until it
-//! caught up (`state::epochs`).
+//! A confirming broker is never one known to be behind: a broker whose
+//! metadata reports a lower leader epoch than another broker did is stale
+//! and is not asked to confirm (nor to look coordinators up, nor for
+//! metadata) until it caught up (`state::epochs`), and a confirmation is a
+//! Metadata answer judged like any other: one that shows its broker behind
+//! confirms nothing.
 //!
 //! *The instants.* For one check of id k: it arrives at `t`; the batch
 //! holding k is taken from the queue at `b` (every check in it arrived
@@ -59,18 +80,25 @@
 //! from its state at some `a ≥ d`; a confirmation carrying k is sent to Y
 //! at `s`, Y answers at some `y ≥ s`, and its answer is received at `r ≥ y`;
 //! the check is answered at `e`, after both answers were received. An
-//! answer is used when (i) `s ≥ b`, (ii) `r − b ≤ CONFIRM_WINDOW` and (iii)
-//! Y ≠ X names X's node leader of k's partition at the epoch X's process
-//! said it leads it at (so, by 4., the leader Y names is X itself). Then
-//! X's pair P was current at an instant of `[t, e]`, the caller's request:
-//! - if `a ≥ y`: X led at y (2.), so it held every pair minted up to y,
-//!   and kept minting (not answering from a stale memory) until deposed
-//!   after y; P is the pair current at y or one X minted in `(y, a]`,
-//!   current when minted: an instant of `[y, a] ⊆ [t, e]`, since
-//!   `y ≥ s ≥ b ≥ t` (i);
-//! - if `a < y`: `y − a ≤ r − d ≤ r − b ≤ CONFIRM_WINDOW` (ii); X leads at
-//!   y, so it was not deposed in `[a, y]` (3.), and P was current at `a`,
-//!   with `t ≤ d ≤ a ≤ e`.
+//! answer is used when (i) `s ≥ b` for every confirmation counted, (ii)
+//! `r − b ≤ CONFIRM_WINDOW` for each, and (iii) they come from brokers
+//! other than X, among them RF − min.isr replicas of k's partition (one
+//! broker at least), each naming X's node leader of that partition at the
+//! epoch X's process said it leads it at (so, by 3., the leader they name
+//! is X itself). Let `τ` be the earliest of their answers `y` and X's `a`.
+//! No pair of k was committed by another leader before `τ`: its ISR holds
+//! one of X and the voters (2.), which fetched it before the commit, so
+//! named the new leader from then on (a voter, at its `y ≥ τ`), or was X
+//! itself, which then no longer led at `a ≥ τ` and could not have answered
+//! the describe as coordinator. And `τ ≥ t`, since `a ≥ d ≥ b ≥ t` and
+//! `y ≥ s ≥ b ≥ t` (i). P, X's latest pair at `a`, was committed by X
+//! while it led (a deposed X cannot commit: its ISR, which it cannot
+//! shrink without the controller, includes replicas that stopped fetching
+//! from it), so P was current at `τ`, or, if X committed P after `τ`, when
+//! it was committed, in `[τ, a]`: either way at an instant of `[t, e]`,
+//! the caller's request. The window (ii) bounds how long after X's answer
+//! the voters answer (a guard on the identity of step 3: the process that
+//! named the epoch is the one asked within the window).
 //!
 //! Nothing else ties a confirmation to its describe: not the batch (s may
 //! come before d once b has passed, or after X answered), not the
@@ -119,8 +147,20 @@
 //! - *An answer that names another broker* (or an error) for an id leaves
 //!   that id's answer unconfirmed: asked again, at the broker named.
 //! - *An answer of the right node id whose process did not say it leads
-//!   at the epoch Y names* leaves the answer unconfirmed and gives up the
-//!   connections to its address (`incarnation`): asked again on a new one.
+//!   at the epoch Y names* leaves the answer unconfirmed: the process is
+//!   asked again what it leads (on the same connection) for the next
+//!   describe, and when it still does not name that epoch the connections
+//!   to its address are given up (`incarnation`): asked again on a new
+//!   one. Never confirmed by the second asking: the answer was given
+//!   before it, perhaps in an earlier term of the same process (Kafka
+//!   unfences a broker at its first heartbeat once caught up, and an
+//!   election may follow at once).
+//! - *A confirming broker that holds no replica of an id's partition*, or
+//!   too few replicas among the confirmations of a round: the replicas
+//!   missing are asked at once (a Metadata request each, sent after the
+//!   batch was taken), within the window (`confirmation`); with RF 3 and
+//!   min.isr 2 on a cluster of three brokers every other broker is a
+//!   replica and the round's confirmation is enough.
 //! - *One broker*: a cluster a Metadata answer showed to be one broker (it
 //!   lists one, and `__transaction_state` has no replica elsewhere) has
 //!   nowhere to move a coordinator to: no rounds, each coordinator's
@@ -147,14 +187,16 @@
 //!   ids at one pace by [`Describer::describe_transactions`]) and one
 //!   coordinator's describe;
 //! - `rounds`: the confirmation rounds;
-//! - `confirmation`: the confirmation of a batch, its broker and what it
-//!   backs;
+//! - `confirmation`: the confirmation of a batch, its broker, the
+//!   replicas asked beside it, and what they back;
+//! - `quorum`: which confirmations together back an answer (pure);
 //! - `incarnation`: which process answered a describe (what it says it
 //!   leads, on the describe's connection);
 //! - `wire`: the requests and the answers as Kafka writes them.
 
 mod confirmation;
 mod incarnation;
+mod quorum;
 mod rounds;
 mod wire;
 
@@ -180,9 +222,13 @@ use wire::{build_describe, parse_describe};
 #[cfg(any(test, feature = "fake"))]
 pub(crate) use wire::partition_for;
 
-/// The longest time from sending a describe to receiving its confirmation.
-/// Well below Kafka's `broker.heartbeat.interval.ms` (2 s), the least time
-/// a deposed broker needs to get unfenced and lead again. Measured on the
+/// The longest time from taking a batch to receiving a confirmation that
+/// counts for it: a bound on how long a check waits for its replicas, and
+/// on how far apart the describing process's word and the confirming
+/// brokers' answers may be. The argument (above) does not rest on it: an
+/// elected broker may lead within it (Kafka unfences a broker at its first
+/// heartbeat once caught up, and an election may follow at once). Measured
+/// on the
 /// clock that counts the time the host was suspended
 /// ([`krabka_coordination::time::boot_now`]): an answer held across a
 /// suspend is as old as the suspend, whatever tokio's clock says.
@@ -293,6 +339,7 @@ impl Describer<'_> {
     /// its coordinator's next batch, all at once: per id, in order, its
     /// coordinator and where its answer comes, or the lookup's error.
     async fn place_all(&self, ids: &[&str]) -> Vec<Result<(Broker, Answer), KafkaError>> {
+        self.read_min_isr();
         self.client.metadata().learn_size().await;
         let keys: Vec<String> = ids.iter().map(|id| (*id).to_owned()).collect();
         let mut found = self.client.lookup().coordinators(&keys).await;
@@ -315,6 +362,9 @@ impl Describer<'_> {
     /// One try of `id`: its coordinator, its place in that coordinator's
     /// next batch, the answer.
     async fn attempt(&self, id: &str, floor: Floor<'_>) -> DescribeAnswer {
+        // Read beside the lookup and the describe, so that a new client's
+        // first confirmation knows how many replicas must back it.
+        self.read_min_isr();
         self.client.metadata().learn_size().await;
         let broker = self.client.lookup().coordinator(id).await?;
         let answer = self.enqueue(&broker, id);

@@ -55,11 +55,21 @@ pub(crate) fn build_leaders_request() -> MetadataRequest {
     build_metadata(vec![TRANSACTION_STATE.to_owned()])
 }
 
+/// One partition of `__transaction_state` as a Metadata answer names it:
+/// its leader at its leader epoch, and its replicas.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Replicated {
+    pub(crate) leader: Leader,
+    /// The node ids of its replicas.
+    pub(crate) replicas: Vec<i32>,
+}
+
 /// Per partition of `__transaction_state` (by index), its leader with its
-/// leader epoch, or why it has none; the topic's error when it has one.
+/// leader epoch and its replicas, or why it has no leader; the topic's
+/// error when it has one.
 pub(crate) fn parse_leaders(
-    response: MetadataResponse,
-) -> Result<Vec<Result<Leader, KafkaError>>, KafkaError> {
+    response: &MetadataResponse,
+) -> Result<Vec<Result<Replicated, KafkaError>>, KafkaError> {
     let brokers: HashMap<i32, String> = response
         .brokers
         .iter()
@@ -67,7 +77,7 @@ pub(crate) fn parse_leaders(
         .collect();
     let topic = response
         .topics
-        .into_iter()
+        .iter()
         .find(|t| {
             t.name
                 .as_ref()
@@ -80,14 +90,14 @@ pub(crate) fn parse_leaders(
         return Err(KafkaError::broker("Metadata", topic.error_code, None));
     }
     let count = topic.partitions.len();
-    let mut leaders: Vec<Result<Leader, KafkaError>> = (0..count)
+    let mut leaders: Vec<Result<Replicated, KafkaError>> = (0..count)
         .map(|p| {
             Err(KafkaError::Malformed(format!(
                 "Metadata named no partition {p} of {TRANSACTION_STATE}"
             )))
         })
         .collect();
-    for partition in topic.partitions {
+    for partition in &topic.partitions {
         let Some(slot) = usize::try_from(partition.partition_index)
             .ok()
             .and_then(|i| leaders.get_mut(i))
@@ -102,12 +112,15 @@ pub(crate) fn parse_leaders(
             Err(KafkaError::broker("Metadata", partition.error_code, None))
         } else {
             match brokers.get(&leader) {
-                Some(addr) => Ok(Leader {
-                    broker: Broker {
-                        id: leader,
-                        addr: addr.clone(),
+                Some(addr) => Ok(Replicated {
+                    leader: Leader {
+                        broker: Broker {
+                            id: leader,
+                            addr: addr.clone(),
+                        },
+                        epoch: partition.leader_epoch,
                     },
-                    epoch: partition.leader_epoch,
+                    replicas: partition.replica_nodes.iter().map(|r| r.0).collect(),
                 }),
                 None => Err(coordinator_error(
                     ResponseError::CoordinatorNotAvailable.code(),
@@ -217,6 +230,7 @@ pub(crate) mod tests {
                 .with_partition_index(index)
                 .with_leader_id(BrokerId(leader))
                 .with_leader_epoch(index + 10)
+                .with_replica_nodes(vec![BrokerId(leader), BrokerId(4)])
                 .with_error_code(code)
         };
         let response = MetadataResponse::default()
@@ -237,16 +251,19 @@ pub(crate) mod tests {
                         partition(2, -1, 5),
                     ]),
             ]);
-        let leaders = parse_leaders(response.clone()).unwrap();
+        let leaders = parse_leaders(&response).unwrap();
         assert_eq!(leaders.len(), 3);
         assert_eq!(
             leaders[0],
-            Ok(Leader {
-                broker: Broker {
-                    id: 1,
-                    addr: "b:9001".into()
+            Ok(Replicated {
+                leader: Leader {
+                    broker: Broker {
+                        id: 1,
+                        addr: "b:9001".into()
+                    },
+                    epoch: 10,
                 },
-                epoch: 10,
+                replicas: vec![1, 4],
             })
         );
         assert!(leaders[1].is_err(), "a leader not among the brokers");
@@ -254,7 +271,7 @@ pub(crate) mod tests {
         let mut refused = response;
         refused.topics[0].error_code = ResponseError::TopicAuthorizationFailed.code();
         assert_eq!(
-            parse_leaders(refused).unwrap_err().code(),
+            parse_leaders(&refused).unwrap_err().code(),
             Some(ResponseError::TopicAuthorizationFailed.code())
         );
         let request = build_leaders_request();

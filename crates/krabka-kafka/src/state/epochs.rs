@@ -358,6 +358,15 @@ impl Epochs {
             .is_some_and(|at| boot_now().saturating_duration_since(at) < within)
     }
 
+    /// The newest leader epoch any current broker reported for
+    /// `topic`-`partition`, if one did.
+    pub(crate) fn newest_epoch(&self, topic: &str, partition: i32) -> Option<i32> {
+        lock(&self.inner)
+            .newest
+            .get(&(topic.to_owned(), partition))
+            .map(|n| n.epoch)
+    }
+
     /// Forgets everything (another cluster).
     pub(super) fn clear(&self) {
         let mut inner = lock(&self.inner);

@@ -375,6 +375,7 @@ impl ClusterState {
         let stale = self.epochs.stale();
         self.epochs.clear();
         self.coordinators.clear();
+        self.confirms.forget_cluster();
         if let Some(observer) = &self.observer {
             for (addr, _) in &stale {
                 observer.broker_stale(addr, false);
