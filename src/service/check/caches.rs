@@ -171,8 +171,15 @@ impl Caches {
         self.held.get(role)
     }
 
-    /// Takes in that a confirmed answer named `pair` current for `role`.
-    pub fn raise(&self, _cluster: &ClusterId, role: &str, pair: FencingToken) {
+    /// Takes in that a confirmed answer of `cluster` named `pair` current
+    /// for `role`; nothing when another cluster is the current one (the
+    /// answer was in flight across the change). Under the cluster's read
+    /// lock: a change, which clears the marks, waits for it.
+    pub fn raise(&self, cluster: &ClusterId, role: &str, pair: FencingToken) {
+        let current = read(&self.cluster);
+        if current.as_deref() != Some(&**cluster) {
+            return;
+        }
         // Most checks see the pair they raised before: a read, no write.
         let newest = self.held.get(role).and_then(|h| h.0[0]);
         if newest

@@ -58,11 +58,16 @@ impl Checker {
         &self.caches
     }
 
-    /// Takes in a pair a confirmed coordinator answer named current for
-    /// `role` elsewhere (the coordinator poller).
-    pub fn observe(&self, role: &str, pair: FencingToken) {
-        if let Some(cluster) = self.caches.cluster(self.cluster.cluster_id()) {
-            self.caches.raise(&cluster, role, pair);
+    /// Takes in a pair a confirmed coordinator answer of `cluster` named
+    /// current for `role` elsewhere (the coordinator poller): nothing when
+    /// another cluster answers now (the answer was in flight across the
+    /// change, and its epochs would be a floor for the new cluster's pairs
+    /// of the same producer id).
+    pub fn observe(&self, cluster: &str, role: &str, pair: FencingToken) {
+        if let Some(current) = self.caches.cluster(self.cluster.cluster_id())
+            && *current == *cluster
+        {
+            self.caches.raise(&current, role, pair);
         }
     }
 
@@ -490,7 +495,7 @@ mod tests {
         let t0 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
         let t1 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
         cluster.answer_stale("r", Some(t0));
-        checker.observe("r", t1);
+        checker.observe("memory-cluster", "r", t1);
         // The stale answer keeps the check retrying; the cluster changes
         // meanwhile.
         let check = {
@@ -525,7 +530,7 @@ mod tests {
         // A newer holder mints elsewhere; the service sees it (the
         // poller, another check) ...
         let t2 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
-        checker.observe("r", t2);
+        checker.observe("memory-cluster", "r", t2);
         // ... then the old coordinator comes back and answers t1 as current.
         cluster.answer_stale("r", Some(t1));
         let started = Instant::now();

@@ -351,6 +351,15 @@ impl Watcher {
         self.role_metrics.roles.set(0);
     }
 
+    /// The cluster the reading begun at `changes` reads, while it is the
+    /// reading under way: what its coordinator polls answered for.
+    fn reading_cluster(&self, changes: u64) -> Option<Arc<str>> {
+        read(&self.reading)
+            .as_ref()
+            .filter(|r| r.changes == changes)
+            .and_then(|r| r.cluster.clone())
+    }
+
     /// Returns once another cluster answered than when `changes` was read
     /// (a rebuilt one behind the same addresses).
     async fn cluster_changed(&self, changes: u64) {
@@ -535,8 +544,10 @@ impl Watcher {
                 }
                 Effect::Pair(role, current) => {
                     self.role_metrics.pair(&role, current);
-                    if let Some(pair) = current {
-                        self.checker.observe(&role, pair);
+                    if let Some(pair) = current
+                        && let Some(cluster) = self.reading_cluster(changes)
+                    {
+                        self.checker.observe(&cluster, &role, pair);
                     }
                 }
                 Effect::Facts {

@@ -62,6 +62,28 @@ struct ClusterState {
     /// The service lost every connection: calls fail and no cluster id is
     /// known until contact is back.
     no_contact: bool,
+    /// Describes of many roles (the coordinator poller's) answer as of
+    /// their call but arrive once this is released.
+    held_describes: Option<DescribeHold>,
+}
+
+/// Describes held in flight: taken with [`MemoryCluster::hold_describes`].
+#[derive(Clone, Debug, Default)]
+pub struct DescribeHold {
+    entered: Arc<tokio::sync::Notify>,
+    released: Arc<tokio::sync::Notify>,
+}
+
+impl DescribeHold {
+    /// Waits until a held describe has its answer and waits.
+    pub async fn entered(&self) {
+        self.entered.notified().await;
+    }
+
+    /// Lets every held describe arrive.
+    pub fn release(&self) {
+        self.released.notify_waiters();
+    }
 }
 
 /// A shared simulated cluster.
@@ -188,6 +210,23 @@ impl MemoryCluster {
         self.lock().no_contact = !contact;
     }
 
+    /// From now on, a describe of many roles (the coordinator poller's)
+    /// takes its answers at once and hands them over only when the hold is
+    /// released: an answer in flight while the cluster changes. Until
+    /// [`MemoryCluster::unhold_describes`].
+    pub fn hold_describes(&self) -> DescribeHold {
+        let hold = DescribeHold::default();
+        self.lock().held_describes = Some(hold.clone());
+        hold
+    }
+
+    /// Describes arrive at once again.
+    pub fn unhold_describes(&self) {
+        if let Some(hold) = self.lock().held_describes.take() {
+            hold.release();
+        }
+    }
+
     /// Replaces the cluster's id (a rebuilt cluster behind the same address).
     pub fn set_cluster_id(&self, id: &str) {
         let mut state = self.lock();
@@ -299,6 +338,12 @@ impl Cluster for MemoryCluster {
                     tokio::time::sleep(STALE_RETRY).await;
                 };
                 out.insert(role.clone(), answer);
+            }
+            let hold = self.lock().held_describes.clone();
+            if let Some(hold) = hold {
+                let released = hold.released.notified();
+                hold.entered.notify_one();
+                released.await;
             }
             out
         }
