@@ -48,7 +48,10 @@ impl TokensFile {
 pub struct ApiTokens {
     path: PathBuf,
     file: RwLock<TokensFile>,
-    seen: Mutex<(tokio::time::Instant, Option<FileStamp>)>,
+    /// When the file was last looked at, its stamp then, and whether that
+    /// stamp was settled (`FileStamp::settled`): one that was not is read
+    /// again even when it looks the same.
+    seen: Mutex<(tokio::time::Instant, Option<FileStamp>, bool)>,
 }
 
 fn digest(token: &[u8]) -> [u8; 32] {
@@ -99,6 +102,12 @@ fn read(path: &Path) -> TokensFile {
     TokensFile::Tokens(digests)
 }
 
+/// Whether `stamp` is settled now: a stamp of a file changed within the
+/// last moments may be unchanged by a rewrite (`FileStamp::settled`).
+fn settled(stamp: Option<FileStamp>) -> bool {
+    stamp.is_some_and(|s| s.settled(std::time::SystemTime::now()))
+}
+
 impl ApiTokens {
     /// Reads the tokens. A file that cannot be read or is malformed is an
     /// error (a wrong setting, said before serving); an empty one accepts
@@ -119,7 +128,7 @@ impl ApiTokens {
         Ok(ApiTokens {
             path: path.to_owned(),
             file: RwLock::new(file),
-            seen: Mutex::new((tokio::time::Instant::now(), stamp)),
+            seen: Mutex::new((tokio::time::Instant::now(), stamp, settled(stamp))),
         })
     }
 
@@ -134,13 +143,18 @@ impl ApiTokens {
             }
             seen.0 = tokio::time::Instant::now();
             let stamp = FileStamp::of(&self.path);
-            if stamp == seen.1 {
+            if stamp == seen.1 && seen.2 {
                 return;
             }
             seen.1 = stamp;
+            seen.2 = settled(stamp);
             stamp
         };
         let file = read(&self.path);
+        if file == *sync::read(&self.file) {
+            // Read again while its stamp was not settled: the same tokens.
+            return;
+        }
         match &file {
             TokensFile::Unusable(why) => tracing::error!(
                 error = %why,

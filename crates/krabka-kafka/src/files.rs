@@ -6,7 +6,14 @@
 //! another one, with the same size and maybe the same modification time.
 //! An operator may instead rewrite a file in place. So a file is known by
 //! its stamp, taken through symlinks: which file it is (device and inode),
-//! its size and its modification time; any of them changing is a change.
+//! its size, its modification time and its status change time (ctime,
+//! which a writer cannot set back: `touch -r`, `cp -p` and `rsync -t`
+//! restore the modification time, never the ctime); any of them changing
+//! is a change. Both times tick in the file system's granularity (a
+//! scheduler tick, some milliseconds): a same-length rewrite within one
+//! tick of the last look keeps every part of the stamp, so a stamp taken
+//! within [`RACY`] of its file's last change is not trusted (`settled`),
+//! as git treats an index entry as racily clean: the file is read again.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -16,6 +23,10 @@ use std::time::{Duration, SystemTime};
 /// within about this long.
 pub const LOOK_EVERY: Duration = Duration::from_secs(1);
 
+/// How long after a file's last change its stamp may still miss a
+/// rewrite: far above any file system's timestamp granularity.
+pub const RACY: Duration = Duration::from_secs(2);
+
 /// What a file is now, as far as noticing a change goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileStamp {
@@ -23,6 +34,8 @@ pub struct FileStamp {
     ino: u64,
     len: u64,
     modified: Option<SystemTime>,
+    /// The status change time (ctime).
+    changed: Option<SystemTime>,
 }
 
 impl FileStamp {
@@ -30,12 +43,29 @@ impl FileStamp {
     /// cannot be read (missing, or a dangling link mid-swap).
     pub fn of(path: &Path) -> Option<FileStamp> {
         let meta = std::fs::metadata(path).ok()?;
+        let changed = u64::try_from(meta.ctime()).ok().and_then(|secs| {
+            let nanos = u32::try_from(meta.ctime_nsec()).ok()?;
+            SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
+        });
         Some(FileStamp {
             dev: meta.dev(),
             ino: meta.ino(),
             len: meta.len(),
             modified: meta.modified().ok(),
+            changed,
         })
+    }
+
+    /// True when the file last changed (by either time) more than
+    /// [`RACY`] before `now`: a stamp equal to this one later means the
+    /// file is the same. A time in the future (a clock stepped back) or
+    /// unknown is not settled.
+    pub fn settled(&self, now: SystemTime) -> bool {
+        let last = match (self.modified, self.changed) {
+            (Some(m), Some(c)) => m.max(c),
+            _ => return false,
+        };
+        now.duration_since(last).is_ok_and(|age| age > RACY)
     }
 }
 
@@ -61,5 +91,43 @@ mod tests {
         std::fs::write(&plain, "ab").unwrap();
         assert_ne!(FileStamp::of(&plain).unwrap(), before, "rewritten");
         assert_eq!(FileStamp::of(&mount.dir.path().join("missing")), None);
+    }
+
+    /// Issue 52: a rewrite that restores the modification time (`touch -r`,
+    /// `cp -p`) is a change; a stamp of a file changed just now is not
+    /// settled, whatever its times say.
+    #[test]
+    fn a_rewrite_with_its_modification_time_restored_is_a_change_and_a_fresh_stamp_is_not_settled()
+    {
+        let dir = tempfile_dir();
+        let path = dir.join("tokens");
+        std::fs::write(&path, "old-token").unwrap();
+        let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+        let before = FileStamp::of(&path).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&path, "new-token").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        let after = FileStamp::of(&path).unwrap();
+        assert_eq!(after.modified, before.modified, "the mtime was restored");
+        assert_ne!(after, before, "the ctime moved");
+        let now = SystemTime::now();
+        assert!(!after.settled(now), "changed just now");
+        assert!(after.settled(now + RACY + Duration::from_millis(1)));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "krabka-files-{}-{}",
+            std::process::id(),
+            crate::host::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 }
