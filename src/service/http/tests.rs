@@ -1600,3 +1600,136 @@ async fn a_member_has_one_rank_in_members_and_challengers() {
     // Listed in the order they may challenge.
     assert_eq!(body["challengers"][0]["member"], "first", "{body}");
 }
+
+/// Issue 52, finding 4: a poll of the coordinator in flight while the
+/// cluster behind the address is rebuilt. Its answer (the old cluster's
+/// 1000:5) arrives after the change; before, the poller took it as a floor
+/// of the new cluster, whose pair 1000:0 reuses the producer id, and every
+/// check of that pair answered 503 until its epoch passed 5 or the service
+/// restarted. Now a poll's answer counts only for the cluster its reading
+/// reads.
+#[tokio::test]
+async fn a_poll_answered_by_the_old_cluster_is_no_floor_for_the_rebuilt_one() {
+    let rig = rig();
+    let member = rig.cluster.transport();
+    member.register("orders", "node-1", 1).await.unwrap();
+    let mut old = None;
+    for _ in 0..6 {
+        old = Some(member.acquire_epoch("orders", LEASE).await.unwrap());
+    }
+    assert_eq!(old.unwrap().to_string(), "1000:5");
+    eventually(FIVE_S, "the view of orders", async || {
+        (call(&rig.app, get("/roles/orders")).await.0 == StatusCode::OK).then_some(())
+    })
+    .await;
+    let hold = rig.cluster.hold_describes();
+    hold.entered().await;
+    // A poll holds the old cluster's answer; the cluster is rebuilt and
+    // its first mint of the role draws the same producer id.
+    rig.cluster.set_cluster_id("rebuilt");
+    rig.cluster.expire("orders");
+    rig.cluster.set_next_producer_id(1000);
+    let new = member.acquire_epoch("orders", LEASE).await.unwrap();
+    assert_eq!(new.to_string(), "1000:0");
+    rig.cluster.unhold_describes();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let (status, _, body) = call(
+        &rig.app,
+        get(&format!("/roles/orders/authority?token={new}")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["verdict"], "authoritative", "{body}");
+    assert_eq!(body["cluster"], "rebuilt", "{body}");
+}
+
+/// Issue 52: items in no sorted order, each answered as itself. The batch
+/// describes the distinct roles sorted; an answer taken from that list by
+/// the item's index would answer "c" with "a"'s pair.
+#[tokio::test]
+async fn a_batch_answers_each_item_for_its_own_role_in_the_order_asked() {
+    let rig = rig();
+    let member = rig.cluster.transport();
+    let c = member.acquire_epoch("c", LEASE).await.unwrap();
+    let a = member.acquire_epoch("a", LEASE).await.unwrap();
+    let a2 = member.acquire_epoch("a", LEASE).await.unwrap();
+    let body = format!(
+        r#"[{{"role":"c","token":"{c}"}},{{"role":"b","token":"1:1"}},{{"role":"a","token":"{a}"}},{{"role":"a","token":"{a2}"}},{{"role":"c","token":"{a2}"}}]"#
+    );
+    let (status, _, answer) = call(&rig.app, post_json("/authority/check", &body)).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let got: Vec<(&str, &str, &str, Option<&str>)> = answer["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["role"].as_str().unwrap(),
+                r["token"].as_str().unwrap(),
+                r["verdict"].as_str().unwrap(),
+                r["current"].as_str(),
+            )
+        })
+        .collect();
+    let (c, a, a2) = (c.to_string(), a.to_string(), a2.to_string());
+    assert_eq!(
+        got,
+        [
+            ("c", c.as_str(), "authoritative", Some(c.as_str())),
+            ("b", "1:1", "vacant", None),
+            ("a", a.as_str(), "superseded", Some(a2.as_str())),
+            ("a", a2.as_str(), "authoritative", Some(a2.as_str())),
+            ("c", a2.as_str(), "unknown", Some(c.as_str())),
+        ],
+        "{answer}"
+    );
+}
+
+/// Issue 52, finding 6: a token revoked by rewriting the file in place with
+/// one of the same length, its modification time put back (`cp -p`,
+/// `touch -r`), right after the service last looked. Before, the stamp
+/// (inode, size, mtime) was unchanged and the revoked token stayed accepted
+/// for good: revocation failed open.
+#[tokio::test]
+async fn a_token_revoked_by_a_same_length_rewrite_with_its_time_restored_is_refused() {
+    let dir = std::env::temp_dir().join(format!(
+        "krabka-revoke-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tokens");
+    std::fs::write(&path, "alpha-token\n").unwrap();
+    let mut config = service_config();
+    config.auth.api_tokens_file = Some(path.clone());
+    let rig = rig_with(config);
+    assert_ne!(
+        call(&rig.app, bearing("/roles", "alpha-token")).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    // Past the racy moment: the stamp the service holds is settled.
+    tokio::time::sleep(crate::files::RACY + crate::files::LOOK_EVERY).await;
+    assert_ne!(
+        call(&rig.app, bearing("/roles", "alpha-token")).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+    std::fs::write(&path, "omega-token\n").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    tokio::time::sleep(crate::files::LOOK_EVERY + Duration::from_millis(100)).await;
+    assert_eq!(
+        call(&rig.app, bearing("/roles", "alpha-token")).await.0,
+        StatusCode::UNAUTHORIZED,
+        "the revoked token is still accepted"
+    );
+    assert_ne!(
+        call(&rig.app, bearing("/roles", "omega-token")).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
