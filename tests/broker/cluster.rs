@@ -10,7 +10,8 @@
 //! `KRABKA_TEST_CLUSTER` and `KRABKA_TEST_CLUSTER_NAME` set).
 //!
 //! [`partition`] cuts a broker from the controller alone, which needs the
-//! cluster `scripts/test` starts as root in a private network namespace;
+//! cluster `scripts/test` starts as root in a private network namespace
+//! ([`replacement`] and [`rack`] start clusters of their own there);
 //! [`pauses`] pauses the controller and a partition's leader; [`disk`]
 //! freezes the disk of a role's coordinator, which needs root too (each
 //! broker's data on a loop-mounted file system); they judge the views'
@@ -20,6 +21,7 @@ mod disk;
 mod partition;
 mod pauses;
 mod producer_ids;
+mod rack;
 mod replacement;
 mod samples;
 

@@ -19,111 +19,27 @@
 use std::time::Duration;
 
 use krabka_authority::coordination::FencingToken;
-use krabka_authority::kafka::{
-    ClientConfig, KafkaClient, KafkaTransport, TopicSpec, TransportConfig,
-};
-use krabka_authority::transport::Coordinator;
+use krabka_authority::kafka::{KafkaClient, TopicSpec};
 use serde_json::Value;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::support::broker::kafka_script;
-use crate::support::cluster::{coordinator_id, exclusive, service_config};
+use crate::support::cluster::{
+    self, OwnCluster, coordinator_id, exclusive, own_client, service_config,
+};
 use crate::support::process::binary;
-use crate::support::service::start;
+use crate::support::proxy::Proxy;
+use crate::support::service::{check, start};
 use crate::support::{http_client, unique};
 
-/// A TCP proxy whose new connections go where [`Moving::point`] says; the
-/// open ones stay with the process they reached.
-struct Moving {
-    target: watch::Sender<String>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Moving {
-    async fn start(listen: &str, target: String) -> Moving {
-        let listener = TcpListener::bind(listen)
-            .await
-            .expect("the advertised port is free");
-        let (tx, rx) = watch::channel(target);
-        let task = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                let to = rx.borrow().clone();
-                tokio::spawn(async move {
-                    if let Ok(mut server) = TcpStream::connect(&to).await {
-                        let _ = client.set_nodelay(true);
-                        let _ = server.set_nodelay(true);
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                    }
-                });
-            }
-        });
-        Moving { target: tx, task }
-    }
-
-    fn point(&self, target: String) {
-        self.target.send_replace(target);
-    }
-}
-
-impl Drop for Moving {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// This test's cluster, stopped and removed when dropped.
-struct Own(String);
-
-impl Drop for Own {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new(crate::support::repo().join("scripts/kafka"))
-            .args(["stop", "--purge", "--name", &self.0])
-            .output();
-    }
-}
-
 fn client_of(bootstrap: &str) -> KafkaClient {
-    let mut config = ClientConfig::new(bootstrap.split(','));
-    config.client_id = "krabka-replacement-test".into();
-    config.request_timeout = Duration::from_secs(2);
-    config.operation_timeout = Duration::from_secs(20);
-    KafkaClient::new(config).expect("client")
+    own_client(bootstrap, "krabka-replacement-test")
 }
 
+/// A new pair minted through a client of its own (new connections, as a
+/// new holder makes).
 async fn mint(bootstrap: &str, topic: &str, role: &str) -> FencingToken {
-    // A client of its own: new connections, as a new holder makes.
-    let transport = KafkaTransport::connect(
-        client_of(bootstrap),
-        TransportConfig {
-            topic: topic.to_owned(),
-            partitions: None,
-            create: None,
-        },
-    )
-    .await
-    .expect("a transport");
-    transport
-        .acquire_epoch(role, Duration::from_secs(60))
-        .await
-        .expect("a mint")
-}
-
-/// A check's status and body.
-async fn check(
-    http: &reqwest::Client,
-    url: &str,
-    role: &str,
-    token: FencingToken,
-) -> Option<(u16, Value)> {
-    let answer = http
-        .get(format!("{url}/roles/{role}/authority?token={token}"))
-        .send()
-        .await
-        .ok()?;
-    let status = answer.status().as_u16();
-    Some((status, answer.json().await.unwrap_or(Value::Null)))
+    cluster::mint(client_of(bootstrap), topic, role).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -154,7 +70,7 @@ async fn a_process_registered_with_a_cut_off_brokers_node_id_never_confirms_its_
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
         ])
     });
-    let own = Own(name.clone());
+    let own = OwnCluster(name.clone());
     let real = kafka_script(&["address", "--name", &name, "--listener", "EXTERNAL"]);
     let advertised = kafka_script(&[
         "address",
@@ -166,7 +82,7 @@ async fn a_process_registered_with_a_cut_off_brokers_node_id_never_confirms_its_
     ]);
     let mut proxies = Vec::new();
     for (listen, to) in advertised.split(',').zip(real.split(',')) {
-        proxies.push(Moving::start(listen, to.to_owned()).await);
+        proxies.push(Proxy::start(listen, to.to_owned()).await);
     }
     let x = 2;
     let x_addr = advertised.split(',').nth(x - 1).unwrap().to_owned();

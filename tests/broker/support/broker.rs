@@ -144,8 +144,8 @@ impl Drop for OwnBroker {
 /// Runs one of Kafka's command-line tools from the jars `scripts/kafka`
 /// provisioned: the first of `classes` this release has (a tool moved from
 /// `kafka.admin` to `org.apache.kafka.tools` between releases), with
-/// `args`; panics with its stderr when it fails.
-pub fn kafka_tool(classes: &[&str], args: &[&str]) {
+/// `args`; returns its stdout, panics with its stderr when it fails.
+pub fn kafka_tool(classes: &[&str], args: &[&str]) -> String {
     let lib = kafka_script(&["provision"]);
     let mut last = None;
     for class in classes {
@@ -163,7 +163,7 @@ pub fn kafka_tool(classes: &[&str], args: &[&str]) {
             "{class} {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        return;
+        return String::from_utf8_lossy(&out.stdout).into_owned();
     }
     panic!("none of {classes:?} in this Kafka release: {last:?}");
 }

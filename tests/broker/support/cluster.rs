@@ -6,6 +6,10 @@
 //! The cluster is `KRABKA_TEST_CLUSTER` (set by `scripts/test`, with
 //! `KRABKA_TEST_CLUSTER_NAME` naming its `scripts/kafka` instance); else one
 //! is started and left running under the name `test-cluster-auto`.
+//!
+//! A test that needs brokers set up otherwise (another listener, more
+//! brokers) starts a cluster of its own ([`OwnCluster`]) in the cluster
+//! tier's network namespace, with [`own_client`]s and [`mint`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -17,6 +21,7 @@ use krabka_authority::kafka::{
 };
 use krabka_authority::leadership::{Event, Options, acquire};
 use krabka_authority::time::{Clock, SystemClock};
+use krabka_authority::transport::Coordinator;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::watch;
@@ -153,6 +158,47 @@ impl Cluster {
         config.operation_timeout = Duration::from_secs(30);
         KafkaClient::new(config).expect("client")
     }
+}
+
+/// A cluster of one test's own (`scripts/kafka start --name NAME ...`),
+/// stopped and removed when dropped.
+pub struct OwnCluster(pub String);
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(super::repo().join("scripts/kafka"))
+            .args(["stop", "--purge", "--name", &self.0])
+            .output();
+    }
+}
+
+/// A client of the brokers at `bootstrap` (comma-separated), named
+/// `client_id`.
+pub fn own_client(bootstrap: &str, client_id: &str) -> KafkaClient {
+    let mut config = ClientConfig::new(bootstrap.split(','));
+    config.client_id = client_id.into();
+    config.request_timeout = Duration::from_secs(2);
+    config.operation_timeout = Duration::from_secs(20);
+    KafkaClient::new(config).expect("client")
+}
+
+/// A new pair of `role` minted (InitProducerId) through `client`, which
+/// should be of its own: new connections, as a new holder makes.
+pub async fn mint(client: KafkaClient, topic: &str, role: &str) -> FencingToken {
+    let transport = KafkaTransport::connect(
+        client,
+        TransportConfig {
+            topic: topic.to_owned(),
+            partitions: None,
+            create: None,
+        },
+    )
+    .await
+    .expect("a transport");
+    transport
+        .acquire_epoch(role, Duration::from_secs(60))
+        .await
+        .expect("a mint")
 }
 
 /// One cluster test at a time, on a healthy cluster, left healthy.

@@ -8,7 +8,8 @@
 //! - [`process`]: the binary as a child process (`serve`, `demo`);
 //! - [`leadership`]: leader-election members with short timings;
 //! - [`cluster`]: the 3-broker cluster, the members, the check load and
-//!   the verdicts' audit of the cluster tests.
+//!   the verdicts' audit of the cluster tests; clusters of one test's own;
+//! - [`proxy`]: TCP proxies in front of the brokers of such a cluster.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -18,6 +19,7 @@ pub mod broker;
 pub mod cluster;
 pub mod leadership;
 pub mod process;
+pub mod proxy;
 pub mod service;
 
 /// The repository root.

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use krabka_authority::coordination::FencingToken;
 use krabka_authority::kafka::ClientConfig;
 use krabka_authority::service::{self, AppState, ServeError, ServiceConfig};
 use serde_json::Value;
@@ -81,6 +82,23 @@ pub async fn get(url: &str) -> (u16, Value, reqwest::header::HeaderMap) {
     let body = response.text().await.unwrap();
     let json = serde_json::from_str(&body).unwrap_or(Value::String(body));
     (status, json, headers)
+}
+
+/// A check of `token` for `role` at the service at `url`: its status and
+/// body (null when not JSON), none when no answer came.
+pub async fn check(
+    http: &reqwest::Client,
+    url: &str,
+    role: &str,
+    token: FencingToken,
+) -> Option<(u16, Value)> {
+    let answer = http
+        .get(format!("{url}/roles/{role}/authority?token={token}"))
+        .send()
+        .await
+        .ok()?;
+    let status = answer.status().as_u16();
+    Some((status, answer.json().await.unwrap_or(Value::Null)))
 }
 
 /// The value of one series of `name` with `labels`, or 0 when absent.
