@@ -68,6 +68,7 @@ pub(crate) fn parse_metadata(response: MetadataResponse) -> MetadataAnswer {
                     leader: p.leader_id.0,
                     leader_epoch: p.leader_epoch,
                     error: p.error_code,
+                    replicas: p.replica_nodes.iter().map(|r| r.0).collect(),
                 })
                 .collect();
             partitions.sort_by_key(|p| p.index);
@@ -272,21 +273,61 @@ impl ClusterMetadata<'_> {
         }
     }
 
-    /// Asks for `topic`'s metadata a broker that leads none of its
-    /// partitions, or a second one when the first leads some: their
-    /// answers confirm every leader they name but their own (see the module
-    /// docs). Hedged as every request any broker can answer, so a hung
-    /// broker delays a round by a fraction of a second. Stale brokers are
-    /// probed meanwhile.
+    /// Asks for `topic`'s metadata enough of its partitions' replicas that
+    /// every partition's leader is confirmed by RF − min.isr replicas
+    /// besides it (one broker at least; `state::epochs`), each answer sent
+    /// from now on: one broker after another, each the best of those whose
+    /// answer would add a confirmation a partition lacks (with RF 3 and
+    /// min.isr 2 on three brokers, a broker that leads none of the
+    /// partitions, or a second one when the first leads some). Hedged as
+    /// every request any broker can answer, so a hung broker delays a
+    /// round by a fraction of a second. Stale brokers are probed meanwhile.
     pub(crate) async fn confirm_leaders(&self, topic: &str) {
         self.probe_stale();
         if self.client.state().metadata().single_broker() {
             return;
         }
+        self.client.topics().read_min_isr(topic);
         let request = build_metadata(self.refresh_topics(Some(topic)));
+        let since = boot_now();
         let mut asked: Vec<String> = Vec::new();
-        while asked.len() < 2 {
-            let exclude: Vec<&str> = asked.iter().map(String::as_str).collect();
+        loop {
+            let state = self.client.state();
+            let min_isr = state.min_isrs().of(topic);
+            let lacking = state.epochs().unconfirmed_since(topic, since, min_isr);
+            // Nothing known of the topic's leaders yet: one answer teaches
+            // them (and confirms those it names but its own broker's).
+            if lacking.is_empty() && !asked.is_empty() {
+                return;
+            }
+            let brokers = state.metadata().brokers();
+            let helps = |id: i32| {
+                lacking.is_empty()
+                    || lacking.iter().any(|(_, helpers, done)| match helpers {
+                        Some(helpers) => helpers.contains(&id),
+                        None => !done.contains(&id),
+                    })
+            };
+            let mut exclude: Vec<&str> = brokers
+                .iter()
+                .filter(|(id, _)| !helps(**id))
+                .map(|(_, addr)| addr.as_str())
+                .chain(asked.iter().map(String::as_str))
+                .collect();
+            exclude.sort_unstable();
+            exclude.dedup();
+            let left = brokers
+                .values()
+                .filter(|addr| !exclude.contains(&addr.as_str()))
+                .count();
+            if left == 0 && !asked.is_empty() {
+                tracing::debug!(
+                    topic,
+                    lacking = lacking.len(),
+                    "no broker left whose answer would confirm a leader"
+                );
+                return;
+            }
             let sent = boot_now();
             let (response, from) = match self.client.send_any(&request, &exclude).await {
                 Ok(answered) => answered,
@@ -300,27 +341,8 @@ impl ClusterMetadata<'_> {
                 from: &from,
                 sent,
             });
-            if !self.leads_some(topic, &from) {
-                return;
-            }
             asked.push(from);
         }
-    }
-
-    /// True when the broker at `addr` leads a partition of `topic` (or is
-    /// not known by id).
-    fn leads_some(&self, topic: &str, addr: &str) -> bool {
-        let metadata = self.client.state().metadata();
-        let Some(id) = metadata
-            .brokers()
-            .into_iter()
-            .find_map(|(id, a)| (a == addr).then_some(id))
-        else {
-            return true;
-        };
-        metadata
-            .topic(topic)
-            .is_some_and(|m| m.partitions.iter().any(|p| p.leader == id))
     }
 
     /// The id of the cluster, once metadata was fetched.
@@ -438,6 +460,7 @@ mod tests {
                 leader: 2,
                 leader_epoch: 8,
                 error: 0,
+                replicas: vec![2],
             }],
         };
         let known = |id: i32| (id == 2).then(|| "b:2".to_owned());

@@ -4,6 +4,7 @@
 //! of it may decompress to (`fetch`).
 
 use std::time::Duration;
+use tokio::time::Instant;
 
 use kafka_protocol::messages::{
     CreateTopicsRequest, CreateTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
@@ -100,6 +101,9 @@ fn compaction_warnings(lag_ms: Option<&str>, timestamp_type: Option<&str>) -> Ve
     }
     warnings
 }
+
+/// The topic config that says how many replicas acknowledge a write.
+const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
 
 /// A DescribeConfigs of `keys` of one resource.
 fn build_describe_config(kind: i8, name: &str, keys: &[&str]) -> DescribeConfigsRequest {
@@ -236,6 +240,45 @@ impl Topics<'_> {
             parse_describe_config(&response, key)
         })
         .await
+    }
+
+    /// Reads `topic`'s `min.insync.replicas` in a task of its own when it
+    /// is due (never read, or a minute ago; `state::min_isr`): how many of
+    /// a leader's replicas must confirm it (`describe::quorum`,
+    /// `state::epochs`). Nothing on a cluster known to be one broker,
+    /// which confirms nothing. A value below 2 is warned of once: every
+    /// replica must confirm then, and one replica's acks commit a write.
+    pub(crate) fn read_min_isr(&self, topic: &str) {
+        let state = self.client.state();
+        if state.metadata().single_broker() || !state.min_isrs().due(topic, Instant::now()) {
+            return;
+        }
+        let (client, topic) = (self.client.clone(), topic.to_owned());
+        tokio::spawn(async move {
+            let read = client
+                .topics()
+                .topic_config_once(&topic, MIN_INSYNC_REPLICAS)
+                .await;
+            let value = match read {
+                Ok(value) => value.and_then(|v| v.trim().parse::<i32>().ok()),
+                Err(error) => {
+                    let first = client.state().min_isrs().failed(&topic, Instant::now());
+                    if first && !error.is(ResponseError::UnknownTopicOrPartition) {
+                        tracing::warn!(topic, %error, "cannot read the topic's {MIN_INSYNC_REPLICAS}: every replica of a leader must confirm it until it is read (grant DESCRIBE_CONFIGS on the topic); asking again every few seconds");
+                    } else {
+                        tracing::debug!(topic, %error, "cannot read the topic's {MIN_INSYNC_REPLICAS}");
+                    }
+                    return;
+                }
+            };
+            if let Some(low) = client.state().min_isrs().read(&topic, value) {
+                tracing::warn!(
+                    topic,
+                    min_isr = low,
+                    "the topic has {MIN_INSYNC_REPLICAS}={low}: one replica's acks commit a write, so every replica must confirm its leader and a check or a view answers 503 while one is unreachable (set it to 2; for __transaction_state, transaction.state.log.min.isr; docs/operations.md)"
+                );
+            }
+        });
     }
 
     /// One config value of `topic`, asked of any broker once, without a

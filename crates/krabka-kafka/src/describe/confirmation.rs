@@ -249,7 +249,7 @@ impl Describer<'_> {
         confirmation: Pending,
         taken: Instant,
     ) {
-        self.read_min_isr();
+        self.client.topics().read_min_isr(TRANSACTION_STATE);
         let left = CONFIRM_WINDOW.saturating_sub(boot_now().saturating_duration_since(taken));
         let received = tokio::time::timeout(left, confirmation)
             .await
@@ -332,7 +332,7 @@ impl Describer<'_> {
             .iter()
             .map(|c| (c.by.id, says(c, coordinator, leads, &newest)))
             .collect();
-        let min_isr = self.client.state().confirms().min_isr();
+        let min_isr = self.client.state().min_isrs().of(TRANSACTION_STATE);
         let mut ids: Vec<&String> = said.iter().flat_map(|(_, s)| s.keys()).collect();
         ids.sort_unstable();
         ids.dedup();
@@ -398,45 +398,6 @@ impl Describer<'_> {
         answers.into_iter().filter_map(|a| a.ok()?.ok()).collect()
     }
 
-    /// Reads `__transaction_state`'s `min.insync.replicas` in a task of its
-    /// own when it is due (never read, or a minute ago): how many replicas
-    /// must confirm (`quorum`). Until read, 1: the most replicas. A value
-    /// below 2 is warned of once: then every replica must confirm, and a
-    /// single broker's acks commit a new pair.
-    pub(super) fn read_min_isr(&self) {
-        let state = self.client.state();
-        // One broker confirms nothing (`describe`).
-        if state.metadata().single_broker() || !state.confirms().min_isr_due(Instant::now()) {
-            return;
-        }
-        let client = self.client.clone();
-        tokio::spawn(async move {
-            let read = client
-                .topics()
-                .topic_config_once(TRANSACTION_STATE, MIN_INSYNC_REPLICAS)
-                .await;
-            let value = match read {
-                Ok(value) => value.and_then(|v| v.trim().parse::<i32>().ok()),
-                Err(error) => {
-                    let first = client.state().confirms().min_isr_failed(Instant::now());
-                    let unknown = error.is(ResponseError::UnknownTopicOrPartition);
-                    if first && !unknown {
-                        tracing::warn!(%error, "cannot read {MIN_INSYNC_REPLICAS} of {TRANSACTION_STATE}: every replica of a coordinator's partition must confirm its answers until it is read (grant DESCRIBE_CONFIGS on {TRANSACTION_STATE}); asking again every few seconds");
-                    } else {
-                        tracing::debug!(%error, "cannot read {MIN_INSYNC_REPLICAS} of {TRANSACTION_STATE}");
-                    }
-                    return;
-                }
-            };
-            if let Some(low) = client.state().confirms().read_min_isr(value) {
-                tracing::warn!(
-                    min_isr = low,
-                    "{TRANSACTION_STATE} has {MIN_INSYNC_REPLICAS}={low}: one replica's acks commit a new pair, so every replica must confirm a coordinator's answers and a check answers 503 while one is unreachable (set transaction.state.log.min.isr to 2 and the topic's {MIN_INSYNC_REPLICAS} with it; docs/operations.md)"
-                );
-            }
-        });
-    }
-
     /// Keeps the answers `verdicts` back (see the module docs); the
     /// others become retriable errors, and the table learns the
     /// coordinators another broker names.
@@ -477,9 +438,6 @@ impl Describer<'_> {
         }
     }
 }
-
-/// The topic config that says how many replicas acknowledge a write.
-const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
 
 #[cfg(test)]
 mod tests {

@@ -214,7 +214,7 @@ use super::connection::Connection;
 use super::error::KafkaError;
 use super::observe::StaleReason;
 use super::retry::{Retry, retrying_until};
-use super::state::{Confirmation, DescribeAnswer, DescribeReply, Lesson, Start};
+use super::state::{Confirmation, DescribeAnswer, DescribeReply, Lesson, Start, TRANSACTION_STATE};
 use krabka_coordination::cluster::Floor;
 use krabka_coordination::time::boot_now;
 use wire::{build_describe, parse_describe};
@@ -339,7 +339,7 @@ impl Describer<'_> {
     /// its coordinator's next batch, all at once: per id, in order, its
     /// coordinator and where its answer comes, or the lookup's error.
     async fn place_all(&self, ids: &[&str]) -> Vec<Result<(Broker, Answer), KafkaError>> {
-        self.read_min_isr();
+        self.client.topics().read_min_isr(TRANSACTION_STATE);
         self.client.metadata().learn_size().await;
         let keys: Vec<String> = ids.iter().map(|id| (*id).to_owned()).collect();
         let mut found = self.client.lookup().coordinators(&keys).await;
@@ -364,7 +364,7 @@ impl Describer<'_> {
     async fn attempt(&self, id: &str, floor: Floor<'_>) -> DescribeAnswer {
         // Read beside the lookup and the describe, so that a new client's
         // first confirmation knows how many replicas must back it.
-        self.read_min_isr();
+        self.client.topics().read_min_isr(TRANSACTION_STATE);
         self.client.metadata().learn_size().await;
         let broker = self.client.lookup().coordinator(id).await?;
         let answer = self.enqueue(&broker, id);

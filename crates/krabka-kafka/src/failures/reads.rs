@@ -437,11 +437,25 @@ async fn a_read_bounds_batches_by_the_topics_max_message_bytes_asked_once() {
         assert_eq!(read.skipped, [skipped]);
         assert_eq!(read.next_offset, 2, "read past it");
     }
-    assert_eq!(
-        broker.requests(ApiKey::DescribeConfigs).len(),
-        1,
-        "asked once"
-    );
+    // (The topic's min.insync.replicas is read too, for its leader's
+    // confirmations: not counted here.)
+    let asked_bound = || {
+        broker
+            .requests(ApiKey::DescribeConfigs)
+            .into_iter()
+            .filter(|(v, body)| {
+                let asked: kafka_protocol::messages::DescribeConfigsRequest =
+                    request(*v, body.clone());
+                asked.resources.iter().any(|r| {
+                    r.configuration_keys
+                        .iter()
+                        .flatten()
+                        .any(|k| k.as_str() == "max.message.bytes")
+                })
+            })
+            .count()
+    };
+    assert_eq!(asked_bound(), 1, "asked once");
     // The client's own bound comes first.
     let mut config = ClientConfig::new([broker.addr.as_str()]);
     config.max_decompressed_batch_bytes = Some(16 * 1024);
@@ -449,5 +463,5 @@ async fn a_read_bounds_batches_by_the_topics_max_message_bytes_asked_once() {
     let read = client.reader().read_committed("t", 0, 0).await.unwrap();
     assert_eq!(read.records.len(), 2);
     assert!(read.skipped.is_empty());
-    assert_eq!(broker.requests(ApiKey::DescribeConfigs).len(), 1);
+    assert_eq!(asked_bound(), 1);
 }

@@ -152,30 +152,7 @@ pub(crate) struct Confirms {
     /// The cluster refused this client the metadata of
     /// `__transaction_state`: confirmations are FindCoordinator requests.
     by_find_coordinator: AtomicBool,
-    /// What is known of `__transaction_state`'s `min.insync.replicas`.
-    min_isr: Mutex<MinIsr>,
 }
-
-/// `__transaction_state`'s `min.insync.replicas` as last read, and when.
-#[derive(Debug, Default)]
-struct MinIsr {
-    /// The value read (`None`: never read, refused, or another cluster).
-    value: Option<i32>,
-    /// When it was last asked for (a tokio instant: a timer's gate).
-    asked: Option<tokio::time::Instant>,
-    /// The value last warned of, so a warning is said once per value.
-    warned: Option<i32>,
-    /// The last reading failed (warned of once).
-    failing: bool,
-}
-
-/// How often `__transaction_state`'s `min.insync.replicas` is read again:
-/// an operator may alter it, and a lower value needs more replicas to
-/// confirm (docs/trust.md).
-pub(crate) const MIN_ISR_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// How soon a failed reading of `min.insync.replicas` is tried again.
-pub(crate) const MIN_ISR_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Confirms {
     /// Registers a batch of `coordinator` with `ids` as waiting for a
@@ -306,55 +283,6 @@ impl Confirms {
     /// Whether confirmations are FindCoordinator requests.
     pub(crate) fn by_find_coordinator(&self) -> bool {
         self.by_find_coordinator.load(Ordering::Relaxed)
-    }
-
-    /// `__transaction_state`'s `min.insync.replicas`, or 1 while it is
-    /// not known: the value that asks the most replicas to confirm.
-    pub(crate) fn min_isr(&self) -> i32 {
-        lock(&self.min_isr).value.unwrap_or(1).max(1)
-    }
-
-    /// True when `min.insync.replicas` is due to be read (never, or
-    /// [`MIN_ISR_EVERY`] ago): the caller reads it. Marks it asked.
-    pub(crate) fn min_isr_due(&self, now: tokio::time::Instant) -> bool {
-        let mut min_isr = lock(&self.min_isr);
-        if min_isr.asked.is_some_and(|at| now < at + MIN_ISR_EVERY) {
-            return false;
-        }
-        min_isr.asked = Some(now);
-        true
-    }
-
-    /// Reading `min.insync.replicas` failed at `now`: it is due again
-    /// [`MIN_ISR_RETRY`] later, not a whole [`MIN_ISR_EVERY`].
-    /// Returns true for the first failure since a reading succeeded.
-    pub(crate) fn min_isr_failed(&self, now: tokio::time::Instant) -> bool {
-        let mut min_isr = lock(&self.min_isr);
-        min_isr.asked = Some(
-            (now + MIN_ISR_RETRY)
-                .checked_sub(MIN_ISR_EVERY)
-                .unwrap_or(now),
-        );
-        !std::mem::replace(&mut min_isr.failing, true)
-    }
-
-    /// Takes in a reading of `min.insync.replicas` (`None`: the cluster
-    /// would not say). Returns the value to warn of, once per value, when
-    /// it is below 2.
-    pub(crate) fn read_min_isr(&self, value: Option<i32>) -> Option<i32> {
-        let mut min_isr = lock(&self.min_isr);
-        min_isr.value = value;
-        min_isr.failing = false;
-        let low = value.filter(|v| *v < 2)?;
-        (min_isr.warned != Some(low)).then(|| {
-            min_isr.warned = Some(low);
-            low
-        })
-    }
-
-    /// Forgets what was read of the old cluster (another one answers).
-    pub(crate) fn forget_cluster(&self) {
-        *lock(&self.min_isr) = MinIsr::default();
     }
 
     /// The addresses of the brokers with a confirmation in flight.

@@ -43,7 +43,7 @@
 //!   complete as of the earlier of its own send instant and the
 //!   confirmation's ([`Epochs::complete_as_of`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -71,9 +71,52 @@ struct Newest {
     epoch: i32,
     /// When it was first reported.
     since: Instant,
-    /// The send instant of the latest answer of another broker naming the
-    /// same leader at the same epoch.
-    confirmed: Option<Instant>,
+    /// The partition's replicas at this epoch, as first reported (empty
+    /// when no answer named them).
+    replicas: Vec<i32>,
+    /// Per other broker (node id), the send instant of its latest answer
+    /// naming the same leader at the same epoch.
+    confirmations: BTreeMap<i32, Instant>,
+}
+
+impl Newest {
+    /// The instant as of which enough replicas confirmed the leader: the
+    /// latest instant `τ` such that RF − `min_isr` replicas other than the
+    /// leader (one broker at least; any broker while the replicas are not
+    /// known) named it in answers sent at `τ` or later. Kafka commits a
+    /// write once every replica in the ISR fetched it, and only while the
+    /// ISR holds `min_isr`: of those replicas and the leader, one fetched
+    /// whatever another leader committed, and names that leader from then
+    /// on (`describe::quorum` has the same rule for the coordinators).
+    fn confirmed(&self, min_isr: i32) -> Option<Instant> {
+        let need = self.need(min_isr);
+        let mut voters: Vec<Instant> = self
+            .confirmations
+            .iter()
+            .filter(|(node, _)| self.votes(**node, min_isr))
+            .map(|(_, at)| *at)
+            .collect();
+        voters.sort_unstable_by(|a, b| b.cmp(a));
+        voters.get(need - 1).copied()
+    }
+
+    /// How many brokers besides the leader must confirm it: RF − min.isr
+    /// replicas, or one broker when that is none (RF 1, min.isr = RF, or
+    /// replicas not known: the confirmation then proves the leader's epoch
+    /// only, as before a quorum was asked).
+    fn need(&self, min_isr: i32) -> usize {
+        self.replicas_needed(min_isr).max(1)
+    }
+
+    fn replicas_needed(&self, min_isr: i32) -> usize {
+        let min_isr = usize::try_from(min_isr.max(1)).unwrap_or(1);
+        self.replicas.len().saturating_sub(min_isr)
+    }
+
+    /// Whether `node`'s confirmation counts (module docs of `describe::quorum`).
+    fn votes(&self, node: i32, min_isr: i32) -> bool {
+        node != self.leader && (self.replicas_needed(min_isr) == 0 || self.replicas.contains(&node))
+    }
 }
 
 /// A broker whose metadata is behind.
@@ -213,11 +256,16 @@ impl Epochs {
                         p.leader_epoch = epoch;
                     }
                     Some((leader, epoch)) if epoch == p.leader_epoch => {
-                        if names_another
-                            && leader == p.leader
+                        if leader == p.leader
                             && let Some(newest) = inner.newest.get_mut(&key)
                         {
-                            newest.confirmed = newest.confirmed.max(Some(sent));
+                            if newest.replicas.is_empty() {
+                                newest.replicas.clone_from(&p.replicas);
+                            }
+                            if names_another && let Some(id) = from_id {
+                                let at = newest.confirmations.entry(id).or_insert(sent);
+                                *at = (*at).max(sent);
+                            }
                         }
                     }
                     previous => {
@@ -237,13 +285,19 @@ impl Epochs {
                                 key.clone(),
                             ));
                         }
+                        let confirmations = from_id
+                            .filter(|_| names_another)
+                            .map(|id| (id, sent))
+                            .into_iter()
+                            .collect();
                         inner.newest.insert(
                             key,
                             Newest {
                                 leader: p.leader,
                                 epoch: p.leader_epoch,
                                 since: now,
-                                confirmed: names_another.then_some(sent),
+                                replicas: p.replicas.clone(),
+                                confirmations,
                             },
                         );
                     }
@@ -331,31 +385,80 @@ impl Epochs {
 
     /// The instant a read of `topic`-`partition` under leader epoch `epoch`
     /// sent at `fetched` is complete as of: the earlier of `fetched` and the
-    /// latest confirmation of that leader at that epoch. `None` when that
-    /// epoch is not the newest or was never confirmed.
+    /// instant enough replicas had confirmed that leader at that epoch
+    /// (`Newest::confirmed`, the topic's `min_isr`). `None` when that epoch
+    /// is not the newest or was never confirmed so.
     pub(crate) fn complete_as_of(
         &self,
         topic: &str,
         partition: i32,
         epoch: i32,
         fetched: Instant,
+        min_isr: i32,
     ) -> Option<Instant> {
         let inner = lock(&self.inner);
         let newest = inner.newest.get(&(topic.to_owned(), partition))?;
         if newest.epoch != epoch {
             return None;
         }
-        newest.confirmed.map(|confirmed| confirmed.min(fetched))
+        newest
+            .confirmed(min_isr)
+            .map(|confirmed| confirmed.min(fetched))
     }
 
     /// True when the newest leader of `topic`-`partition` was confirmed by
-    /// another broker within `within`.
-    pub(crate) fn confirmed_within(&self, topic: &str, partition: i32, within: Duration) -> bool {
+    /// enough replicas within `within`.
+    pub(crate) fn confirmed_within(
+        &self,
+        topic: &str,
+        partition: i32,
+        within: Duration,
+        min_isr: i32,
+    ) -> bool {
         lock(&self.inner)
             .newest
             .get(&(topic.to_owned(), partition))
-            .and_then(|n| n.confirmed)
+            .and_then(|n| n.confirmed(min_isr))
             .is_some_and(|at| boot_now().saturating_duration_since(at) < within)
+    }
+
+    /// The partitions of `topic` whose newest leader enough replicas have
+    /// not confirmed in answers sent at `since` or later, each with the
+    /// brokers (node ids) whose answer would add a confirmation: its
+    /// replicas but the leader and those that confirmed since (every
+    /// broker but those while its replicas are not known: `None`).
+    pub(crate) fn unconfirmed_since(
+        &self,
+        topic: &str,
+        since: Instant,
+        min_isr: i32,
+    ) -> Vec<(i32, Option<Vec<i32>>, Vec<i32>)> {
+        let inner = lock(&self.inner);
+        let mut lacking: Vec<(i32, Option<Vec<i32>>, Vec<i32>)> = inner
+            .newest
+            .iter()
+            .filter(|((t, _), n)| t == topic && n.leader >= 0)
+            .filter(|(_, n)| n.confirmed(min_isr).is_none_or(|at| at < since))
+            .map(|((_, p), n)| {
+                let done: Vec<i32> = n
+                    .confirmations
+                    .iter()
+                    .filter(|(_, at)| **at >= since)
+                    .map(|(node, _)| *node)
+                    .chain(std::iter::once(n.leader))
+                    .collect();
+                let helpers = (n.replicas_needed(min_isr) > 0).then(|| {
+                    n.replicas
+                        .iter()
+                        .copied()
+                        .filter(|r| !done.contains(r))
+                        .collect()
+                });
+                (*p, helpers, done)
+            })
+            .collect();
+        lacking.sort_unstable_by_key(|(p, _, _)| *p);
+        lacking
     }
 
     /// The newest leader epoch any current broker reported for
@@ -552,36 +655,82 @@ mod tests {
         let t0 = boot_now();
         // The leader's own answer confirms nothing.
         judge(&epochs, 1, &[(0, 1, 4)]);
-        assert_eq!(epochs.complete_as_of("t", 0, 4, t0), None);
+        assert_eq!(epochs.complete_as_of("t", 0, 4, t0, 2), None);
         tokio::time::advance(Duration::from_secs(1)).await;
         let confirmed = boot_now();
         judge(&epochs, 2, &[(0, 1, 4)]);
         tokio::time::advance(Duration::from_secs(1)).await;
         let read = boot_now();
         assert_eq!(
-            epochs.complete_as_of("t", 0, 4, read),
+            epochs.complete_as_of("t", 0, 4, read, 2),
             Some(confirmed),
             "a later read: as of the confirmation"
         );
         assert_eq!(
-            epochs.complete_as_of("t", 0, 4, t0),
+            epochs.complete_as_of("t", 0, 4, t0, 2),
             Some(t0),
             "an earlier one"
         );
         assert_eq!(
-            epochs.complete_as_of("t", 0, 3, read),
+            epochs.complete_as_of("t", 0, 3, read, 2),
             None,
             "another epoch"
         );
         // The leader moves: reads under the old epoch are not confirmed.
         judge(&epochs, 2, &[(0, 3, 5)]);
-        assert_eq!(epochs.complete_as_of("t", 0, 4, read), None);
+        assert_eq!(epochs.complete_as_of("t", 0, 4, read, 2), None);
         assert_eq!(
-            epochs.complete_as_of("t", 0, 5, read),
+            epochs.complete_as_of("t", 0, 5, read, 2),
             Some(read),
             "the answer that moved it confirms the new leader"
         );
         epochs.clear();
-        assert_eq!(epochs.complete_as_of("t", 0, 5, read), None);
+        assert_eq!(epochs.complete_as_of("t", 0, 5, read, 2), None);
+    }
+
+    /// Issue 52: the leader of partition 0 is broker 1, its replicas
+    /// [1, 2, 3]; broker 4 holds none. Broker 4's word confirms nothing
+    /// (a rack cut from the controllers: broker 4 and a deposed broker 1
+    /// behind together); RF − min.isr replicas besides the leader must
+    /// speak, and the read is complete as of the earliest of them.
+    #[tokio::test(start_paused = true)]
+    async fn only_enough_replicas_confirm_a_leader() {
+        let epochs = epochs();
+        let from = |epochs: &Epochs, id: i32| {
+            let mut answer = answer(&[(0, 1, 4)]);
+            answer.topics[0].1.partitions[0].replicas = vec![1, 2, 3];
+            let mut addrs = addrs();
+            addrs.insert(4, "b:4".into());
+            epochs.judge(
+                &format!("b:{id}"),
+                Some(id),
+                boot_now(),
+                &mut answer,
+                &addrs,
+            )
+        };
+        from(&epochs, 1);
+        from(&epochs, 4);
+        let read = boot_now();
+        assert_eq!(epochs.complete_as_of("t", 0, 4, read, 2), None, "broker 4");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let by_2 = boot_now();
+        from(&epochs, 2);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let later = boot_now();
+        assert_eq!(epochs.complete_as_of("t", 0, 4, later, 2), Some(by_2));
+        // min.isr 1: both other replicas, as of the earlier of the two.
+        assert_eq!(epochs.complete_as_of("t", 0, 4, later, 1), None);
+        from(&epochs, 3);
+        assert_eq!(epochs.complete_as_of("t", 0, 4, later, 1), Some(by_2));
+        assert!(epochs.confirmed_within("t", 0, Duration::from_secs(2), 1));
+        // What a round of confirmations still lacks, since an instant.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let round = boot_now();
+        let lacking = epochs.unconfirmed_since("t", round, 2);
+        assert_eq!(lacking, [(0, Some(vec![2, 3]), vec![1])]);
+        assert!(epochs.unconfirmed_since("t", later, 2).is_empty());
+        // RF 1 (or min.isr = RF): any other broker, for the epoch alone.
+        assert_eq!(epochs.complete_as_of("t", 0, 4, later, 3), Some(later));
     }
 }

@@ -52,6 +52,7 @@ mod contact;
 mod coordinators;
 mod describes;
 mod epochs;
+mod min_isr;
 mod nodes;
 mod ranking;
 mod view;
@@ -69,6 +70,7 @@ pub use describes::{DescribeAnswer, TransactionDescription};
 pub(crate) use describes::{DescribeQueues, IN_FLIGHT, Reply as DescribeReply, Start};
 pub(crate) use epochs::Epochs;
 use epochs::Judgement;
+pub(crate) use min_isr::MinIsrs;
 pub(crate) use nodes::NodeStates;
 pub(crate) use ranking::{Candidate, Link, confirming, rank};
 pub(crate) use view::{Leader, Metadata, MetadataAnswer, Refresh, TRANSACTION_STATE};
@@ -150,6 +152,7 @@ pub(crate) struct ClusterState {
     coordinators: Coordinators,
     describes: DescribeQueues,
     confirms: Confirms,
+    min_isrs: MinIsrs,
     observer: Option<Arc<dyn RequestObserver>>,
 }
 
@@ -167,6 +170,7 @@ impl ClusterState {
             ),
             describes: DescribeQueues::default(),
             confirms: Confirms::default(),
+            min_isrs: MinIsrs::default(),
             observer: config.observer.clone(),
         }
     }
@@ -221,7 +225,9 @@ impl ClusterState {
         if self.metadata.single_broker() {
             return Some(fetched);
         }
-        self.epochs.complete_as_of(topic, partition, epoch, fetched)
+        let min_isr = self.min_isrs.of(topic);
+        self.epochs
+            .complete_as_of(topic, partition, epoch, fetched, min_isr)
     }
 
     /// The coordinator table and its lookups.
@@ -237,6 +243,11 @@ impl ClusterState {
     /// The confirmation stream.
     pub(crate) fn confirms(&self) -> &Confirms {
         &self.confirms
+    }
+
+    /// Each topic's `min.insync.replicas`, as last read.
+    pub(crate) fn min_isrs(&self) -> &MinIsrs {
+        &self.min_isrs
     }
 
     /// Takes in what one outcome teaches (see the module docs).
@@ -375,7 +386,7 @@ impl ClusterState {
         let stale = self.epochs.stale();
         self.epochs.clear();
         self.coordinators.clear();
-        self.confirms.forget_cluster();
+        self.min_isrs.clear();
         if let Some(observer) = &self.observer {
             for (addr, _) in &stale {
                 observer.broker_stale(addr, false);

@@ -40,6 +40,8 @@ pub struct PartitionMeta {
     pub leader_epoch: i32,
     /// The partition's error code in the metadata response.
     pub error: i16,
+    /// The node ids of its replicas (empty when the answer named none).
+    pub replicas: Vec<i32>,
 }
 
 /// What metadata says of one topic.
@@ -133,6 +135,7 @@ impl MetadataAnswer {
                             leader,
                             leader_epoch,
                             error: 0,
+                            replicas: Vec::new(),
                         })
                         .collect(),
                 },
