@@ -271,12 +271,18 @@ impl Topics<'_> {
                     return;
                 }
             };
-            if let Some(low) = client.state().min_isrs().read(&topic, value) {
-                tracing::warn!(
+            match client.state().min_isrs().read(&topic, value) {
+                Some((low, true)) => tracing::warn!(
                     topic,
                     min_isr = low,
                     "the topic has {MIN_INSYNC_REPLICAS}={low}: one replica's acks commit a write, so every replica must confirm its leader and a check or a view answers 503 while one is unreachable (set it to 2; for __transaction_state, transaction.state.log.min.isr; docs/operations.md)"
-                );
+                ),
+                Some((min_isr, false)) => tracing::info!(
+                    topic,
+                    min_isr,
+                    "the topic's {MIN_INSYNC_REPLICAS}: its replication factor less this many replicas besides a leader confirm it"
+                ),
+                None => {}
             }
         });
     }

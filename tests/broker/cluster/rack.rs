@@ -339,6 +339,15 @@ async fn a_rack_cut_from_the_controller_never_confirms_its_coordinators_deposed_
         "{role}'s coordinator leads __transaction_state-{p}"
     );
     assert_eq!(replicas.len(), 3, "{replicas:?}");
+    // The quorum's min.isr: the topic's own min.insync.replicas, which
+    // Kafka set from transaction.state.log.min.isr when it created it, as
+    // DescribeConfigs tells the client.
+    let min_isr = client
+        .topics()
+        .topic_config("__transaction_state", "min.insync.replicas")
+        .await
+        .expect("DescribeConfigs of __transaction_state");
+    assert_eq!(min_isr.as_deref(), Some("2"));
     let n = (1..=4).find(|b| !replicas.contains(b)).unwrap();
     let others: Vec<i32> = replicas.iter().copied().filter(|b| *b != x).collect();
     let addr = |list: &[String], id: i32| list[usize::try_from(id - 1).unwrap()].clone();

@@ -28,8 +28,6 @@ struct Reading {
     value: Option<i32>,
     /// When it was last asked for (a tokio instant: a timer's gate).
     asked: Option<Instant>,
-    /// The value last warned of, so a warning is said once per value.
-    warned: Option<i32>,
     /// The last reading failed (warned of once).
     failing: bool,
 }
@@ -76,17 +74,15 @@ impl MinIsrs {
     }
 
     /// Takes in a reading of `topic` (`None`: the cluster would not say).
-    /// Returns the value to warn of, once per value, when it is below 2.
-    pub(crate) fn read(&self, topic: &str, value: Option<i32>) -> Option<i32> {
+    /// Returns the value when it differs from the one known before (to be
+    /// said), and whether it is below 2 (to be warned of).
+    pub(crate) fn read(&self, topic: &str, value: Option<i32>) -> Option<(i32, bool)> {
         let mut topics = lock(&self.topics);
         let reading = topics.entry(topic.to_owned()).or_default();
-        reading.value = value;
+        let before = std::mem::replace(&mut reading.value, value);
         reading.failing = false;
-        let low = value.filter(|v| *v < 2)?;
-        (reading.warned != Some(low)).then(|| {
-            reading.warned = Some(low);
-            low
-        })
+        let value = value.filter(|_| before != value)?;
+        Some((value, value < 2))
     }
 
     /// Forgets every reading (another cluster answers).
@@ -100,7 +96,7 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn unknown_counts_as_one_read_once_a_minute_failures_sooner_low_values_warned_once() {
+    async fn unknown_counts_as_one_read_once_a_minute_failures_sooner_each_value_said_once() {
         let m = MinIsrs::default();
         let t = "__transaction_state";
         assert_eq!(m.of(t), 1);
@@ -111,10 +107,11 @@ mod tests {
         assert!(!m.failed(t, now), "not the second");
         assert!(!m.due(t, now + MIN_ISR_RETRY - Duration::from_millis(1)));
         assert!(m.due(t, now + MIN_ISR_RETRY));
-        assert_eq!(m.read(t, Some(2)), None);
+        assert_eq!(m.read(t, Some(2)), Some((2, false)), "said");
+        assert_eq!(m.read(t, Some(2)), None, "once");
         assert_eq!(m.of(t), 2);
         assert!(m.failed(t, now), "first again after a success");
-        assert_eq!(m.read(t, Some(1)), Some(1), "warned");
+        assert_eq!(m.read(t, Some(1)), Some((1, true)), "warned");
         assert_eq!(m.read(t, Some(1)), None, "once");
         assert_eq!(m.of("other"), 1);
         m.clear();
