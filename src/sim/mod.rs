@@ -47,6 +47,10 @@ pub(crate) const REGRESSIONS: &[(u64, &str)] = &[
     ),
     (0, "the high-water mark compared across producer ids"),
     (
+        2,
+        "issue 52's quorum reverted: a broker holding no replica confirmed a deposed coordinator (four brokers; broker 2, cut from the controller with broker 1, which holds no replica of search's partition, still named itself its coordinator after 1001:1 was minted on broker 3: a CLI check answered authoritative for 1001:0)",
+    ),
+    (
         3,
         "every confirmation dropped: a 200 from a coordinator cut off from the controller",
     ),

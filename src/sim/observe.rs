@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::clock::{SimClock, Steps};
 use super::history::{Answer, Asker, Check, History, StreamEvent, Verdict, View};
-use super::schedule::{NODES, ROLES};
+use super::schedule::ROLES;
 use crate::coordination::FencingToken;
 use crate::kafka::fake::model::{Behind, Model};
 use crate::kafka::{KafkaClient, host};
@@ -295,6 +295,7 @@ async fn follow(
 /// checker of its own, as `krabka-authority check` does.
 pub(super) async fn cli_observer(
     seed: u64,
+    nodes: Vec<i32>,
     model: Arc<Model>,
     history: Arc<Mutex<History>>,
     steps: Steps,
@@ -333,9 +334,9 @@ pub(super) async fn cli_observer(
                 let bootstrap = match aimed {
                     Some(Behind { node, .. }) => format!("b{node}:9092"),
                     None if rng.random_bool(0.7) => {
-                        format!("b{}:9092", NODES[rng.random_range(0..NODES.len())])
+                        format!("b{}:9092", nodes[rng.random_range(0..nodes.len())])
                     }
-                    None => NODES
+                    None => nodes
                         .iter()
                         .map(|n| format!("b{n}:9092"))
                         .collect::<Vec<_>>()

@@ -9,10 +9,17 @@
 //! coordinator moved to a broker of an earlier producer id block and the
 //! role's id expired there; an epoch run out; the service's links cut,
 //! held, slowed or made to drop; its clock stepped, its host suspended, the
-//! service restarted; the whole cluster replaced behind the addresses. Two
-//! brokers are never behind the controller at once (the argument of
-//! docs/trust.md leaves that out of scope), so episodes that put one behind
-//! do not overlap.
+//! service restarted; the whole cluster replaced behind the addresses.
+//! Episodes that put a broker behind the controller do not overlap, but a
+//! rack (a role's coordinator and another broker, one holding no replica
+//! of its partition where there is one) is cut off from it at once: the
+//! two answer from the images they had, each confirming the other.
+//!
+//! The cluster's shape is drawn too, from a stream of its own (so a seed
+//! of three brokers and no rack draws what it drew before there were
+//! shapes): 3, 4 or 5 brokers, both topics at RF 3,
+//! `__transaction_state`'s `min.insync.replicas` 2 (now and then 1) and the
+//! coordination topic's 1 (Kafka's default; now and then 2).
 
 use std::fmt;
 use std::time::Duration;
@@ -24,8 +31,11 @@ use rand::{RngExt, SeedableRng};
 pub(super) const ROLES: [&str; 4] = ["orders", "billing", "search", "mail"];
 /// Each role's members.
 pub(super) const MEMBERS: [&str; 3] = ["m0", "m1", "m2"];
-/// The brokers' node ids (hosts `b1`, `b2`, `b3`).
-pub(super) const NODES: [i32; 3] = [1, 2, 3];
+/// The brokers' node ids of the largest cluster (hosts `b1` to `b5`): a
+/// plan's are the first 3, 4 or 5.
+const NODES: [i32; 5] = [1, 2, 3, 4, 5];
+/// The replication factor of both topics (at most the brokers).
+const REPLICATION_FACTOR: usize = 3;
 
 /// How a member's lease transaction ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -176,6 +186,14 @@ pub(super) struct At {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Plan {
     pub(super) seed: u64,
+    /// The brokers' node ids.
+    pub(super) nodes: Vec<i32>,
+    /// Both topics' replication factor.
+    pub(super) replication_factor: usize,
+    /// `__transaction_state`'s `min.insync.replicas`.
+    pub(super) min_isr: i32,
+    /// The coordination topic's.
+    pub(super) topic_min_isr: i32,
     /// How long the observer checks.
     pub(super) duration: Duration,
     /// From when on nothing is broken (every fault healed).
@@ -191,8 +209,16 @@ impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "seed {}: {:?} of checks, quiet from {:?}, service bootstrapped from {:?}, worn roles {:?}",
-            self.seed, self.duration, self.quiet_from, self.bootstrap, self.worn
+            "seed {}: brokers {:?} (RF {}, min.insync.replicas {} of __transaction_state, {} of the coordination topic), {:?} of checks, quiet from {:?}, service bootstrapped from {:?}, worn roles {:?}",
+            self.seed,
+            self.nodes,
+            self.replication_factor,
+            self.min_isr,
+            self.topic_min_isr,
+            self.duration,
+            self.quiet_from,
+            self.bootstrap,
+            self.worn
         )?;
         for At { at, event } in &self.events {
             if !matches!(
@@ -211,11 +237,13 @@ const SECOND: Duration = Duration::from_secs(1);
 /// Partitions of `__transaction_state` in the modelled cluster.
 pub(super) const TXN_PARTITIONS: i32 = 3;
 
-/// The node that coordinates `role` at the start: the preferred leader of
-/// its partition of `__transaction_state` (`Model`'s assignment).
-fn coordinator(role: &str) -> i32 {
-    let p = crate::kafka::fake::model::txn_partition_of(role, TXN_PARTITIONS);
-    NODES[p as usize % NODES.len()]
+/// The replicas of `role`'s partition of `__transaction_state` among
+/// `nodes` (`Model`'s assignment), the preferred leader first: the node
+/// that coordinates it at the start.
+fn replicas(role: &str, nodes: &[i32]) -> Vec<i32> {
+    use crate::kafka::fake::model::{Part, replicas_of, txn_partition_of};
+    let part = Part::Txn(txn_partition_of(role, TXN_PARTITIONS));
+    replicas_of(part, nodes, REPLICATION_FACTOR)
 }
 
 fn ms(n: u64) -> Duration {
@@ -225,6 +253,10 @@ fn ms(n: u64) -> Duration {
 /// Draws the plan of `seed`.
 pub(super) fn plan(seed: u64) -> Plan {
     let mut rng = StdRng::seed_from_u64(seed);
+    let mut shape = StdRng::seed_from_u64(seed ^ 0x0ac4_5a9e);
+    let nodes = NODES[..shape.random_range(3..=5)].to_vec();
+    let replication_factor = REPLICATION_FACTOR.min(nodes.len());
+    let min_isr = if shape.random_ratio(1, 5) { 1 } else { 2 };
     let duration = Duration::from_secs(45);
     let quiet_from = Duration::from_secs(30);
     let mut events = Vec::new();
@@ -285,12 +317,47 @@ pub(super) fn plan(seed: u64) -> Plan {
     }
 
     // Faults: episodes in the window [2 s, quiet_from), those that put a
-    // broker behind the controller one after another.
+    // broker behind the controller one after another, a rack first.
     let window_end = quiet_from - 2 * SECOND;
     let mut behind_free = 2 * SECOND;
+    let rack_odds = if nodes.len() > 3 { 0.5 } else { 0.25 };
+    if shape.random_bool(rack_odds) {
+        // A role's coordinator X and a broker N of its rack cut off from
+        // the controller at once (a top-of-rack link to the controllers
+        // lost; clients on their side still reach both): both fenced after
+        // the session timeout (9 s), X's partition led by a replica in its
+        // ISR and the role minted there, while X answers the deposed pair
+        // and N, behind too, names X its leader. N holds no replica of X's
+        // partition where the cluster has such a broker.
+        let role = ROLES[shape.random_range(0..ROLES.len())];
+        let replicas = replicas(role, &nodes);
+        let x = replicas[0];
+        let outside: Vec<i32> = nodes
+            .iter()
+            .copied()
+            .filter(|n| !replicas.contains(n))
+            .collect();
+        let others = match outside.is_empty() {
+            true => replicas[1..].to_vec(),
+            false => outside,
+        };
+        let n = others[shape.random_range(0..others.len())];
+        let start = ms(shape.random_range(2_000..8_000));
+        let d = ms(shape.random_range(12_000..18_000));
+        for node in [x, n] {
+            at(start, Event::Cut { node });
+            at(start + d, Event::Mend { node });
+        }
+        at(start + 10 * SECOND + ms(500), Event::Init { role });
+        at(start + d + 3 * SECOND, Event::Elect);
+        behind_free = start + d + 4 * SECOND;
+    }
+    // The coordination topic's min.insync.replicas: the broker default, or
+    // a cluster-wide 2.
+    let topic_min_isr = if shape.random_ratio(1, 3) { 2 } else { 1 };
     let episodes = rng.random_range(2..5);
     for _ in 0..episodes {
-        let node = NODES[rng.random_range(0..NODES.len())];
+        let node = nodes[rng.random_range(0..nodes.len())];
         let kind = rng.random_range(0..12);
         let behind = matches!(kind, 0..=4);
         // A fault of a broker aims at a role it coordinates (at the start,
@@ -298,7 +365,7 @@ pub(super) fn plan(seed: u64) -> Plan {
         let mine: Vec<&'static str> = ROLES
             .iter()
             .copied()
-            .filter(|r| behind && coordinator(r) == node)
+            .filter(|r| behind && replicas(r, &nodes)[0] == node)
             .collect();
         let role = match mine.is_empty() {
             true => ROLES[rng.random_range(0..ROLES.len())],
@@ -378,7 +445,14 @@ pub(super) fn plan(seed: u64) -> Plan {
             // The coordinator moves to another broker, whose block may be
             // lower, and the role's id expires there or its epoch is bumped.
             6 => {
-                let to = NODES[rng.random_range(0..NODES.len())];
+                // To one of its partition's replicas (on three brokers,
+                // the node drawn).
+                let to = nodes[rng.random_range(0..nodes.len())];
+                let replicas = replicas(role, &nodes);
+                let to = match replicas.contains(&to) {
+                    true => to,
+                    false => replicas[to as usize % replicas.len()],
+                };
                 at(start, Event::Move { role, node: to });
                 let t = start + ms(rng.random_range(500..3_000));
                 if rng.random_bool(0.5) {
@@ -461,12 +535,16 @@ pub(super) fn plan(seed: u64) -> Plan {
     }
     events.sort_by_key(|e| e.at);
     let bootstrap = if rng.random_bool(0.3) {
-        vec![NODES[rng.random_range(0..NODES.len())]]
+        vec![nodes[rng.random_range(0..nodes.len())]]
     } else {
-        NODES.to_vec()
+        nodes.clone()
     };
     Plan {
         seed,
+        nodes,
+        replication_factor,
+        min_isr,
+        topic_min_isr,
         duration,
         quiet_from,
         bootstrap,
@@ -478,6 +556,39 @@ pub(super) fn plan(seed: u64) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shapes_and_racks_are_drawn_and_a_rack_holds_a_broker_without_a_replica() {
+        let mut sizes = std::collections::BTreeSet::new();
+        let mut racks = 0;
+        for seed in 0..200 {
+            let plan = plan(seed);
+            sizes.insert(plan.nodes.len());
+            // The rack: two cuts at the first cut's instant.
+            let cuts: Vec<(Duration, i32)> = plan
+                .events
+                .iter()
+                .filter_map(|e| match e.event {
+                    Event::Cut { node } => Some((e.at, node)),
+                    _ => None,
+                })
+                .collect();
+            let [(t0, x), (t1, n), ..] = cuts[..] else {
+                continue;
+            };
+            if t0 != t1 {
+                continue;
+            }
+            racks += 1;
+            if plan.nodes.len() > REPLICATION_FACTOR {
+                let role = ROLES.iter().find(|r| replicas(r, &plan.nodes)[0] == x);
+                let role = role.expect("a rack's first broker coordinates a role");
+                assert!(!replicas(role, &plan.nodes).contains(&n), "{plan}");
+            }
+        }
+        assert_eq!(sizes.into_iter().collect::<Vec<_>>(), [3, 4, 5]);
+        assert!((40..120).contains(&racks), "{racks} racks in 200 seeds");
+    }
 
     #[test]
     fn a_seed_draws_one_plan_and_its_faults_end_before_the_quiet() {

@@ -1,8 +1,8 @@
 //! One run: the simulated world of a plan, stepped to its end.
 //!
-//! Hosts: three brokers (`b1`..`b3`, each a scripted broker of the
-//! modelled cluster, its process swapped when the node gets a new one),
-//! the service (`serve` as the binary runs it: `service::run` on the
+//! Hosts: the plan's brokers (`b1` to `b3`, `b4` and `b5` in larger
+//! clusters, each a scripted broker of the modelled cluster, its process
+//! swapped when the node gets a new one), the service (`serve` as the binary runs it: `service::run` on the
 //! simulated listener, its clock [`SimClock`]), and two observers (the
 //! service's clients, and the `check` subcommand's path). The run applies
 //! the plan's events between steps, ticks the model before each, and hands
@@ -15,7 +15,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use super::clock::{SimClock, Steps};
 use super::history::History;
 use super::observe::{cli_observer, service_observer};
-use super::schedule::{End, Event, MEMBERS, NODES, Plan, ROLES, TXN_PARTITIONS};
+use super::schedule::{End, Event, MEMBERS, Plan, ROLES, TXN_PARTITIONS};
 use crate::coordination::{FencingToken, Key, Lease, Registration, encode_key};
 use crate::kafka::fake::FakeBroker;
 use crate::kafka::fake::model::{Model, Part, Settings, Truth};
@@ -53,12 +53,19 @@ fn host_of(node: i32) -> String {
     format!("b{node}")
 }
 
-/// The cluster's settings: Kafka's defaults where the client's behaviour
-/// depends on them.
-fn settings() -> Settings {
+/// The cluster's settings: the plan's shape, and Kafka's defaults where
+/// the client's behaviour depends on them.
+fn settings(plan: &Plan) -> Settings {
     Settings {
-        brokers: NODES.iter().map(|&n| (n, format!("b{n}:9092"))).collect(),
+        brokers: plan
+            .nodes
+            .iter()
+            .map(|&n| (n, format!("b{n}:9092")))
+            .collect(),
         txn_partitions: TXN_PARTITIONS,
+        replication_factor: plan.replication_factor,
+        min_isr: plan.min_isr,
+        topic_min_isr: plan.topic_min_isr,
         topic: TOPIC.to_owned(),
         topic_partitions: 2,
         session_timeout: Duration::from_secs(9),
@@ -135,7 +142,7 @@ pub(super) fn run(plan: &Plan) -> Result<Run, String> {
         .build();
     let now_in_host: Arc<dyn Fn() -> Duration + Send + Sync> =
         Arc::new(|| turmoil::sim_elapsed().unwrap_or_default());
-    let model = Model::new(settings(), "cluster-0", now_in_host);
+    let model = Model::new(settings(plan), "cluster-0", now_in_host);
     let mut members = Members::default();
     let mut refused = Vec::new();
     let wall = |at: Duration| EPOCH_MS as i64 + millis(at);
@@ -164,7 +171,7 @@ pub(super) fn run(plan: &Plan) -> Result<Run, String> {
             .unwrap_or_else(|e| refused.push(e));
         }
     }
-    for node in NODES {
+    for &node in &plan.nodes {
         let model = model.clone();
         sim.host(host_of(node), move || broker_host(model.clone(), node));
     }
@@ -190,6 +197,7 @@ pub(super) fn run(plan: &Plan) -> Result<Run, String> {
         "cli",
         cli_observer(
             plan.seed,
+            plan.nodes.clone(),
             model.clone(),
             history.clone(),
             steps.clone(),
@@ -245,14 +253,20 @@ pub(super) fn run(plan: &Plan) -> Result<Run, String> {
                     // While the host slept the world went on: the role's
                     // coordinator moved and minted.
                     simulate_suspend(Duration::from_millis(*ms));
+                    // To the next replica after its leader.
                     let part = Part::Txn(model.txn_partition(role));
-                    let to = model.leader(part).map_or(1, |(l, _)| l % 3 + 1);
+                    let replicas = model.replicas(part);
+                    let i = model
+                        .leader(part)
+                        .and_then(|(l, _)| replicas.iter().position(|r| *r == l))
+                        .map_or(0, |i| i + 1);
+                    let to = replicas[i % replicas.len()];
                     if let Err(e) = model.move_and_init(role, to, now) {
                         refused.push(format!("{now:?}: {event:?}: {}", e.0));
                     }
                 }
                 Event::StopCluster => {
-                    for node in NODES {
+                    for &node in &plan.nodes {
                         model.kill(node);
                         sim.crash(host_of(node));
                     }
@@ -261,7 +275,7 @@ pub(super) fn run(plan: &Plan) -> Result<Run, String> {
                     clusters += 1;
                     model.replace_cluster(&format!("cluster-{clusters}"), now);
                     members = Members::default();
-                    for node in NODES {
+                    for &node in &plan.nodes {
                         sim.bounce(host_of(node));
                     }
                 }

@@ -167,11 +167,12 @@ impl State {
         } else {
             return None;
         };
-        let replicas: Vec<BrokerId> = self.nodes().into_iter().map(BrokerId).collect();
         Some(
             parts
                 .into_iter()
                 .map(|part| {
+                    let replicas: Vec<BrokerId> =
+                        self.replicas(part).into_iter().map(BrokerId).collect();
                     let index = match part {
                         Part::Txn(i) | Part::Topic(i) => i,
                     };
@@ -180,7 +181,7 @@ impl State {
                         .with_partition_index(index)
                         .with_leader_id(BrokerId(lead.map_or(-1, |l| l.leader)))
                         .with_leader_epoch(lead.map_or(-1, |l| l.epoch))
-                        .with_replica_nodes(replicas.clone())
+                        .with_replica_nodes(replicas)
                         .with_isr_nodes(
                             lead.map(|l| l.isr.iter().copied().map(BrokerId).collect())
                                 .unwrap_or_default(),
@@ -296,17 +297,26 @@ impl State {
                 let result = DescribeConfigsResult::default()
                     .with_resource_type(r.resource_type)
                     .with_resource_name(r.resource_name.clone());
-                if r.resource_type == 2 && r.resource_name.as_str() != self.settings.topic {
-                    return result.with_error_code(UNKNOWN_TOPIC_OR_PARTITION);
-                }
-                let config = |name: &'static str, value: &'static str| {
+                let config = |name: &'static str, value: String| {
                     DescribeConfigsResourceResult::default()
                         .with_name(StrBytes::from_static_str(name))
-                        .with_value(Some(StrBytes::from_static_str(value)))
+                        .with_value(Some(StrBytes::from_string(value)))
+                };
+                // `__transaction_state` is created with its
+                // `min.insync.replicas` from `transaction.state.log.min.isr`
+                // (`TransactionStateManager.transactionTopicConfigs`); the
+                // coordination topic (and a broker) has the broker's.
+                let min_isr = match r.resource_name.as_str() {
+                    TRANSACTION_STATE if r.resource_type == 2 => self.settings.min_isr,
+                    name if r.resource_type == 2 && name != self.settings.topic => {
+                        return result.with_error_code(UNKNOWN_TOPIC_OR_PARTITION);
+                    }
+                    _ => self.settings.topic_min_isr,
                 };
                 result.with_configs(vec![
-                    config("cleanup.policy", "compact"),
-                    config("max.message.bytes", "1048588"),
+                    config("cleanup.policy", "compact".to_owned()),
+                    config("max.message.bytes", "1048588".to_owned()),
+                    config("min.insync.replicas", min_isr.to_string()),
                 ])
             })
             .collect();

@@ -23,8 +23,23 @@
 //!   to a replica that holds the whole log (the ISR).
 //! - **Only the leader writes.** A pair is minted, and a record appended, at
 //!   the process the controller names leader (at the current epoch), while it
-//!   runs, has loaded the partition and its disk is not stalled; followers
-//!   that follow the controller copy it at once.
+//!   runs, has loaded the partition and its disk is not stalled; the
+//!   partition's followers that follow the controller copy it at once.
+//! - **Replicas, ISR and ELR.** A cluster may have more brokers than the
+//!   replication factor: each partition lives on RF of them (a broker
+//!   holding no replica copies nothing of it), its leader elected among its
+//!   ISR. Writes to `__transaction_state` are `acks=all` and refused below
+//!   its `min.insync.replicas` (`Partition.appendRecordsToLeader`:
+//!   NOT_ENOUGH_REPLICAS, which InitProducerId and EndTxn answer as
+//!   COORDINATOR_NOT_AVAILABLE, `TransactionStateManager
+//!   .appendTransactionToLog`), and while an ISR member copies nothing
+//!   (Kafka holds such an append until that member is dropped; the model
+//!   refuses it, see `State::writer`). The controller drops a broker from every
+//!   ISR when it fences it (`ReplicationControlManager.handleBrokerFenced`),
+//!   and the leader adds a caught-up, unfenced follower back
+//!   (`Partition.maybeExpandIsr`, `isReplicaIsrEligible`); below min.isr
+//!   the dropped ones are eligible leaders (ELR, KIP-966, on by default
+//!   since Kafka 4.1: `PartitionChangeBuilder.maybePopulateTargetElr`).
 //! - **Producer ids from per-broker blocks.** Each process draws its
 //!   producer ids from a block of 1000 the controller hands it when it
 //!   first needs one (`ProducerIdControlManager`, `ProducerIdsBlock`), so
@@ -63,6 +78,21 @@ use krabka_coordination::sync::lock;
 /// from at the next InitProducerId (`Short.MaxValue - 1`).
 pub const EXHAUSTED_EPOCH: i16 = i16::MAX - 1;
 
+/// The replicas of `part` among `nodes` at replication factor `rf`, the
+/// preferred leader first: `rf` consecutive nodes (Kafka's
+/// `StripedReplicaPlacer` places them round-robin too, from a random
+/// start; here from the partition's index, so a schedule drawn before any
+/// model knows them).
+pub fn replicas_of(part: Part, nodes: &[i32], rf: usize) -> Vec<i32> {
+    let start = match part {
+        Part::Txn(p) => p as usize,
+        Part::Topic(p) => p as usize + 1,
+    };
+    (0..rf.clamp(1, nodes.len().max(1)))
+        .filter_map(|k| nodes.get((start + k) % nodes.len().max(1)).copied())
+        .collect()
+}
+
 /// The partition of `__transaction_state` of `transactional_id` among
 /// `partitions` (`TransactionStateManager.partitionFor`): a schedule drawn
 /// before any model aims its faults at a role's coordinator with it.
@@ -86,6 +116,14 @@ pub struct Settings {
     pub brokers: Vec<(i32, String)>,
     /// Partitions of `__transaction_state`.
     pub txn_partitions: i32,
+    /// The replication factor of both topics ([`replicas_of`]).
+    pub replication_factor: usize,
+    /// `__transaction_state`'s `min.insync.replicas`
+    /// (`transaction.state.log.min.isr`, 2 by default).
+    pub min_isr: i32,
+    /// The coordination topic's: the broker's `min.insync.replicas` (1 by
+    /// default; the service creates the topic without one).
+    pub topic_min_isr: i32,
     /// The coordination topic and its partition count.
     pub topic: String,
     /// Its partitions.
@@ -172,12 +210,14 @@ enum Meta {
         node: i32,
         process: usize,
     },
-    /// A partition's leader (-1: none) at a leader epoch, and its ISR.
+    /// A partition's leader (-1: none) at a leader epoch, its ISR and its
+    /// eligible leader replicas.
     Leader {
         part: Part,
         leader: i32,
         epoch: i32,
         isr: Vec<i32>,
+        elr: Vec<i32>,
     },
 }
 
@@ -194,6 +234,7 @@ struct Leadership {
     leader: i32,
     epoch: i32,
     isr: Vec<i32>,
+    elr: Vec<i32>,
 }
 
 /// The fold of a prefix of the metadata log: what a process knows.
@@ -227,6 +268,7 @@ impl View {
                     leader,
                     epoch,
                     isr,
+                    elr,
                 } => {
                     self.leaders.insert(
                         *part,
@@ -234,6 +276,7 @@ impl View {
                             leader: *leader,
                             epoch: *epoch,
                             isr: isr.clone(),
+                            elr: elr.clone(),
                         },
                     );
                 }
@@ -737,6 +780,11 @@ impl Model {
         self.with(|s| s.txn_part(role))
     }
 
+    /// The replicas of `part`, the preferred leader first.
+    pub fn replicas(&self, part: Part) -> Vec<i32> {
+        self.with(|s| s.replicas(part))
+    }
+
     /// The node leading `part` as the controller has it, at which epoch.
     pub fn leader(&self, part: Part) -> Option<(i32, i32)> {
         self.with(|s| s.controller.leader(part).map(|l| (l.leader, l.epoch)))
@@ -856,14 +904,26 @@ impl State {
         self.settings.brokers.iter().map(|(id, _)| *id).collect()
     }
 
+    /// The replicas of `part`, the preferred one first ([`replicas_of`]).
+    fn replicas(&self, part: Part) -> Vec<i32> {
+        replicas_of(part, &self.nodes(), self.settings.replication_factor)
+    }
+
     /// The preferred replica of `part` (the first of its assignment).
     fn preferred(&self, part: Part) -> i32 {
-        let nodes = self.nodes();
-        let i = match part {
-            Part::Txn(p) => p as usize,
-            Part::Topic(p) => p as usize + 1,
+        self.replicas(part)[0]
+    }
+
+    /// The `min.insync.replicas` of `part`, at most its replicas
+    /// (`Partition.effectiveMinIsr`).
+    fn min_isr(&self, part: Part) -> usize {
+        let min = match part {
+            Part::Txn(_) => self.settings.min_isr,
+            Part::Topic(_) => self.settings.topic_min_isr,
         };
-        nodes[i % nodes.len()]
+        usize::try_from(min.max(1))
+            .unwrap_or(1)
+            .min(self.settings.replication_factor.max(1))
     }
 
     /// A fresh cluster: a running process per node, every partition led by
@@ -890,12 +950,13 @@ impl State {
             self.meta.push(Meta::Unfence { node, process: id });
         }
         for part in self.parts() {
-            let leader = self.preferred(part);
+            let isr = self.replicas(part);
             self.meta.push(Meta::Leader {
                 part,
-                leader,
+                leader: isr[0],
                 epoch: 0,
-                isr: self.nodes(),
+                isr,
+                elr: Vec::new(),
             });
         }
         self.controller.advance(&self.meta);
@@ -984,6 +1045,37 @@ impl State {
                 if matches!(part, Part::Txn(_)) && now < *loaded {
                     return Err(NotWritten(format!("{part:?}: loading")));
                 }
+                // acks=all below min.insync.replicas, by the ISR the leader
+                // knows: refused before the append
+                // (`Partition.appendRecordsToLeader`).
+                let isr = process.view.leader(part).map_or(&lead.isr, |l| &l.isr);
+                if isr.len() < self.min_isr(part) {
+                    let answer = match part {
+                        Part::Txn(_) => "the coordinator answers COORDINATOR_NOT_AVAILABLE",
+                        Part::Topic(_) => "the producer is answered",
+                    };
+                    return Err(NotWritten(format!(
+                        "{part:?}: NOT_ENOUGH_REPLICAS: ISR {isr:?} below min.insync.replicas {} ({answer}, retriable)",
+                        self.min_isr(part)
+                    )));
+                }
+                // acks=all commits once every ISR member copied the append.
+                // One that copies nothing now (paused, cut off, stalled,
+                // catching up) holds it in purgatory until the controller
+                // drops it from the ISR at fencing, when it commits if
+                // min.isr remain (`Partition.checkEnoughReplicasReachOffset`)
+                // or fails. The model refuses it at once instead: it never
+                // commits what Kafka would not, and forgoes the late commit.
+                let lagging: Vec<i32> = isr
+                    .iter()
+                    .copied()
+                    .filter(|&r| r != lead.leader && !self.copies(r))
+                    .collect();
+                if !lagging.is_empty() {
+                    return Err(NotWritten(format!(
+                        "{part:?}: ISR {isr:?}: {lagging:?} copy nothing, so acks=all waits (the request times out)"
+                    )));
+                }
                 Ok(reg.process)
             }
             _ => Err(NotWritten(format!(
@@ -992,15 +1084,16 @@ impl State {
         }
     }
 
-    /// After an append to `part` at `writer`: every process that copies the
-    /// controller's leaders holds it too.
+    /// After an append to `part` at `writer`: every replica of it that
+    /// copies the controller's leaders holds it too.
     fn appended(&mut self, part: Part, writer: usize, now: Duration) {
-        let len = match part {
-            Part::Txn(p) => self.data.txn[&p].len(),
-            Part::Topic(p) => self.data.topic[&p].len(),
-        };
+        let len = self.log_len(part);
+        let replicas = self.replicas(part);
         for (i, process) in self.processes.iter_mut().enumerate() {
-            if i == writer || (process.replicates() && self.current.get(&process.node) == Some(&i))
+            if i == writer
+                || (process.replicates()
+                    && replicas.contains(&process.node)
+                    && self.current.get(&process.node) == Some(&i))
             {
                 process.known.insert(part, len);
             }
@@ -1096,67 +1189,196 @@ impl State {
         Ok(())
     }
 
-    /// Whether `node`'s current process can take over `part` now: it runs,
-    /// follows the controller, is registered unfenced, and holds the whole
-    /// log (in the ISR).
-    fn can_lead(&self, part: Part, node: i32) -> bool {
+    /// Whether `node`'s current process copies its partitions' logs now.
+    fn copies(&self, node: i32) -> bool {
+        self.current
+            .get(&node)
+            .is_some_and(|&p| self.processes[p].replicates())
+    }
+
+    fn log_len(&self, part: Part) -> usize {
+        match part {
+            Part::Txn(p) => self.data.txn[&p].len(),
+            Part::Topic(p) => self.data.topic[&p].len(),
+        }
+    }
+
+    /// Whether `node` may lead `part` or join its ISR now: a replica whose
+    /// current process runs, follows the controller, is registered
+    /// unfenced and holds the whole log. Stricter than Kafka's acceptable
+    /// leader (unfenced), which may elect a paused broker before its
+    /// session ends.
+    fn caught_up(&self, part: Part, node: i32) -> bool {
         let Some(reg) = self.controller.brokers.get(&node).filter(|r| !r.fenced) else {
             return false;
         };
         let process = &self.processes[reg.process];
-        let len = match part {
-            Part::Txn(p) => self.data.txn[&p].len(),
-            Part::Topic(p) => self.data.topic[&p].len(),
-        };
-        process.replicates() && process.known.get(&part).copied().unwrap_or(0) >= len
+        self.replicas(part).contains(&node)
+            && process.replicates()
+            && process.known.get(&part).copied().unwrap_or(0) >= self.log_len(part)
     }
 
-    fn lead(&mut self, part: Part, leader: i32) {
-        let epoch = self.controller.leader(part).map_or(0, |l| l.epoch + 1);
-        let isr: Vec<i32> = self
-            .nodes()
+    /// Whether `node` may be elected leader of `part` now
+    /// ([`Self::electable`]).
+    fn can_lead(&self, part: Part, node: i32) -> bool {
+        self.controller
+            .leader(part)
+            .is_some_and(|l| self.electable(part, &l.isr, &l.elr, node) == node)
+    }
+
+    /// The first replica of `part` in assignment order that may lead it
+    /// with ISR `isr` and ELR `elr` (`only`: that one, else any): caught
+    /// up, and in the ISR, or in the ELR while the ISR is empty
+    /// (`PartitionChangeBuilder.electAnyLeader`, `isValidNewLeader`; no
+    /// unclean election); -1 when none may.
+    fn electable(&self, part: Part, isr: &[i32], elr: &[i32], only: i32) -> i32 {
+        self.replicas(part)
             .into_iter()
-            .filter(|&n| n == leader || self.can_lead(part, n))
-            .collect();
+            .filter(|&n| only < 0 || n == only)
+            .find(|&n| {
+                (isr.contains(&n) || (isr.is_empty() && elr.contains(&n)))
+                    && self.caught_up(part, n)
+            })
+            .unwrap_or(-1)
+    }
+
+    /// The ELR of `part` once its ISR is `isr`: below min.isr, the
+    /// replicas that leave the ISR join it; at or above, it is emptied
+    /// (`PartitionChangeBuilder.maybePopulateTargetElr`).
+    fn elr_with(&self, part: Part, isr: &[i32]) -> Vec<i32> {
+        let Some(old) = self.controller.leader(part) else {
+            return Vec::new();
+        };
+        if isr.len() >= self.min_isr(part) {
+            return Vec::new();
+        }
+        let mut elr: Vec<i32> = old.elr.iter().chain(&old.isr).copied().collect();
+        elr.retain(|r| !isr.contains(r));
+        elr.sort_unstable();
+        elr.dedup();
+        elr
+    }
+
+    /// Appends a change of `part`: `leader` (a new leader epoch only when
+    /// it changes: `PartitionChangeBuilder` bumps it on an ISR shrink only
+    /// before metadata version 3.6), its ISR, and the ELR that follows
+    /// ([`Self::elr_with`]). A leader elected from the ELR makes the ISR
+    /// itself alone (`PartitionChangeBuilder.tryElection`).
+    fn change(&mut self, part: Part, leader: i32, isr: Vec<i32>) {
+        let Some(old) = self.controller.leader(part).cloned() else {
+            return;
+        };
+        let mut elr = self.elr_with(part, &isr);
+        let mut isr = isr;
+        if leader != old.leader && leader >= 0 && !isr.contains(&leader) && elr.contains(&leader) {
+            elr.retain(|r| *r != leader);
+            isr = vec![leader];
+        }
+        let epoch = match old.leader == leader {
+            true => old.epoch,
+            false => old.epoch + 1,
+        };
+        if old.leader == leader && old.isr == isr && old.elr == elr {
+            return;
+        }
         self.append_meta(Meta::Leader {
             part,
             leader,
             epoch,
             isr,
+            elr,
         });
     }
 
-    /// A new leader for `part` other than `not`, the next node after it
-    /// that can lead; none (-1) when no node can.
-    fn elect(&mut self, part: Part, not: i32) {
-        let nodes = self.nodes();
-        let start = nodes.iter().position(|&n| n == not).map_or(0, |i| i + 1);
-        let next = (0..nodes.len())
-            .map(|k| nodes[(start + k) % nodes.len()])
-            .find(|&n| n != not && self.can_lead(part, n));
-        match next {
-            Some(n) => self.lead(part, n),
-            None if self.controller.leader(part).is_some_and(|l| l.leader != -1) => {
-                self.lead(part, -1)
+    /// `node`, just fenced, leaves every ISR, and the partitions it led get
+    /// a leader from the ISR left (or the ELR), else none
+    /// (`ReplicationControlManager.handleBrokerFenced`, through
+    /// `generateLeaderAndIsrUpdates`). The ISR may go below min.isr, to
+    /// nothing, the replicas it drops then eligible from the ELR (KIP-966,
+    /// on by default since Kafka 4.1); without ELR the last member would
+    /// stay in the ISR, which elects the same leaders here.
+    fn fence_out(&mut self, node: i32) {
+        for part in self.parts() {
+            let Some(old) = self.controller.leader(part).cloned() else {
+                continue;
+            };
+            if old.leader != node && !old.isr.contains(&node) {
+                continue;
             }
-            None => {}
+            let isr: Vec<i32> = old.isr.iter().copied().filter(|&r| r != node).collect();
+            let leader = match old.leader == node {
+                true => self.electable(part, &isr, &self.elr_with(part, &isr), -1),
+                false => old.leader,
+            };
+            self.change(part, leader, isr);
+        }
+    }
+
+    /// A partition without a leader gets one once a replica in its ISR (or
+    /// ELR, the ISR empty) can lead (`ReplicationControlManager
+    /// .handleBrokerUnfenced`).
+    fn elect_leaderless(&mut self, part: Part) {
+        if let Some(old) = self.controller.leader(part).cloned()
+            && old.leader == -1
+        {
+            let leader = self.electable(part, &old.isr, &old.elr, -1);
+            if leader >= 0 {
+                self.change(part, leader, old.isr);
+            }
+        }
+    }
+
+    /// The leader of `part` adds the caught-up, unfenced replicas missing
+    /// from its ISR (`Partition.maybeExpandIsr`, `isReplicaIsrEligible`:
+    /// an AlterPartition the controller takes), while it runs and reaches
+    /// the controller, knowing it leads. No new leader epoch.
+    fn expand_isr(&mut self, part: Part) {
+        let Some(old) = self.controller.leader(part).cloned() else {
+            return;
+        };
+        let Some(reg) = self
+            .controller
+            .brokers
+            .get(&old.leader)
+            .filter(|r| !r.fenced)
+        else {
+            return;
+        };
+        let leader = &self.processes[reg.process];
+        if !leader.follows_controller()
+            || leader.leading.get(&part).map(|(e, _)| *e) != Some(old.epoch)
+        {
+            return;
+        }
+        let joining: Vec<i32> = self
+            .replicas(part)
+            .into_iter()
+            .filter(|&r| !old.isr.contains(&r) && self.caught_up(part, r))
+            .collect();
+        if !joining.is_empty() {
+            let isr = old.isr.iter().chain(&joining).copied().collect();
+            self.change(part, old.leader, isr);
         }
     }
 
     fn elect_preferred(&mut self) {
         for part in self.parts() {
             let preferred = self.preferred(part);
-            let leader = self.controller.leader(part).map(|l| l.leader);
-            if leader != Some(preferred) && self.can_lead(part, preferred) {
-                self.lead(part, preferred);
+            if let Some(old) = self.controller.leader(part).cloned()
+                && old.leader != preferred
+                && self.can_lead(part, preferred)
+            {
+                self.change(part, preferred, old.isr);
             }
         }
     }
 
     fn move_leader(&mut self, part: Part, node: i32) {
-        let leader = self.controller.leader(part).map(|l| l.leader);
-        if leader != Some(node) && self.can_lead(part, node) {
-            self.lead(part, node);
+        if let Some(old) = self.controller.leader(part).cloned()
+            && old.leader != node
+            && self.can_lead(part, node)
+        {
+            self.change(part, node, old.isr);
         }
     }
 
@@ -1196,7 +1418,7 @@ impl State {
             }
         }
         // Fencing: a registered process silent past the session timeout,
-        // its leaderships moved.
+        // out of every ISR and its leaderships moved.
         let registered: Vec<(i32, Registration)> = self
             .controller
             .brokers
@@ -1213,15 +1435,7 @@ impl State {
                     process: reg.process,
                 });
                 self.processes[reg.process].fenced_at = now;
-                for part in self.parts() {
-                    if self
-                        .controller
-                        .leader(part)
-                        .is_some_and(|l| l.leader == *node)
-                    {
-                        self.elect(part, *node);
-                    }
-                }
+                self.fence_out(*node);
             }
         }
         // Metadata applied and logs copied by the processes that follow the
@@ -1240,10 +1454,10 @@ impl State {
             let node = self.processes[p].node;
             if self.processes[p].replicates() && self.current.get(&node) == Some(&p) {
                 for part in self.parts() {
-                    let len = match part {
-                        Part::Txn(i) => self.data.txn[&i].len(),
-                        Part::Topic(i) => self.data.topic[&i].len(),
-                    };
+                    if !self.replicas(part).contains(&node) {
+                        continue;
+                    }
+                    let len = self.log_len(part);
                     if self.processes[p].known.get(&part) != Some(&len) {
                         self.processes[p].known.insert(part, len);
                         self.dirty = true;
@@ -1271,11 +1485,15 @@ impl State {
                 });
             }
         }
-        // Partitions without a leader get one once a replica can lead.
+        // Partitions without a leader get one once a replica can lead; the
+        // leaders take caught-up followers back into their ISRs.
+        // `replica.lag.time.max.ms` (30 s) never shrinks one here: a
+        // registered broker that copies nothing (paused, cut) is fenced at
+        // the session timeout (9 s) first, and a stall or a catch-up is
+        // shorter.
         for part in self.parts() {
-            if self.controller.leader(part).is_some_and(|l| l.leader == -1) {
-                self.elect(part, -1);
-            }
+            self.elect_leaderless(part);
+            self.expand_isr(part);
         }
         // Transactions left open past the timeout: the coordinator aborts
         // them, bumping the epoch.
@@ -1307,5 +1525,115 @@ impl State {
             }
             self.appended(Part::Topic(p), topic_writer, now);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    /// Four brokers, RF 3, min.isr 2: `Txn(0)` lives on 1, 2 and 3.
+    fn model() -> Arc<Model> {
+        let settings = Settings {
+            brokers: (1..=4).map(|n| (n, format!("b{n}:9092"))).collect(),
+            txn_partitions: 3,
+            replication_factor: 3,
+            min_isr: 2,
+            topic_min_isr: 1,
+            topic: "t".into(),
+            topic_partitions: 2,
+            session_timeout: secs(9),
+            heartbeat: secs(2),
+            load: Duration::ZERO,
+            transaction_timeout: secs(60),
+            min_compaction_lag: secs(30),
+        };
+        Model::new(settings, "c", Arc::new(|| Duration::ZERO))
+    }
+
+    fn isr(model: &Model, part: Part) -> (i32, i32, Vec<i32>, Vec<i32>) {
+        model.with(|s| {
+            let l = s.controller.leader(part).cloned().unwrap();
+            (l.leader, l.epoch, l.isr, l.elr)
+        })
+    }
+
+    #[test]
+    fn fencing_shrinks_the_isr_and_a_write_needs_min_isr_of_it() {
+        let model = model();
+        let role = (0..100)
+            .map(|i| format!("r{i}"))
+            .find(|r| txn_partition_of(r, 3) == 0)
+            .unwrap();
+        let part = Part::Txn(0);
+        assert_eq!(model.replicas(part), [1, 2, 3]);
+        assert_eq!(model.replicas(Part::Txn(2)), [3, 4, 1]);
+        model.tick(secs(0));
+        assert_eq!(isr(&model, part), (1, 0, vec![1, 2, 3], vec![]));
+        // A rack: the leader and a broker holding no replica.
+        model.cut(1, true);
+        model.cut(4, true);
+        model.tick(secs(10));
+        assert_eq!(isr(&model, part), (2, 1, vec![2, 3], vec![]));
+        let minted = model.init_producer_id(&role, secs(10)).unwrap();
+        // The rack's broker never copied it.
+        let copied =
+            |node: i32| model.with(|s| s.processes[s.current[&node]].known.get(&part).copied());
+        assert_eq!(
+            (copied(1), copied(3), copied(4)),
+            (Some(0), Some(1), Some(0))
+        );
+        // One more cut: while it is in the ISR an append waits for it;
+        // fenced, the ISR is below min.isr, no write; the replica dropped
+        // is an eligible leader.
+        model.cut(3, true);
+        model.tick(secs(12));
+        let waits = model.init_producer_id(&role, secs(12)).unwrap_err();
+        assert!(waits.0.contains("[3] copy nothing"), "{waits:?}");
+        model.tick(secs(20));
+        assert_eq!(isr(&model, part), (2, 1, vec![2], vec![3]));
+        let refused = model.init_producer_id(&role, secs(20)).unwrap_err();
+        assert!(refused.0.contains("NOT_ENOUGH_REPLICAS"), "{refused:?}");
+        // Mended: unfenced, caught up, back in the ISR (no new epoch).
+        model.cut(1, false);
+        model.cut(3, false);
+        model.tick(secs(21));
+        model.tick(secs(23));
+        model.tick(secs(23));
+        assert_eq!(isr(&model, part), (2, 1, vec![2, 1, 3], vec![]));
+        let next = model.init_producer_id(&role, secs(23)).unwrap();
+        assert_eq!(next, (minted.0, minted.1 + 1));
+    }
+
+    #[test]
+    fn the_last_replica_fenced_leaves_the_partition_to_its_elr() {
+        let model = model();
+        let part = Part::Txn(0);
+        model.tick(secs(0));
+        for node in [2, 3] {
+            model.cut(node, true);
+        }
+        model.tick(secs(10));
+        // Fenced in turn: 2 left an ISR of min.isr, 3 went below it.
+        assert_eq!(isr(&model, part), (1, 0, vec![1], vec![3]));
+        model.cut(1, true);
+        model.tick(secs(20));
+        assert_eq!(isr(&model, part), (-1, 1, vec![], vec![1, 3]));
+        // Back, 2 may not lead (it may lack what 1 and 3 acked); 3 may,
+        // alone in the ISR, and takes 2 in once it caught up.
+        model.cut(2, false);
+        model.tick(secs(21));
+        model.tick(secs(23));
+        model.tick(secs(23));
+        assert_eq!(isr(&model, part), (-1, 1, vec![], vec![1, 3]));
+        model.cut(3, false);
+        model.tick(secs(24));
+        model.tick(secs(26));
+        model.tick(secs(26));
+        assert_eq!(isr(&model, part), (3, 2, vec![3, 2], vec![]));
     }
 }
