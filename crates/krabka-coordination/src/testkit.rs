@@ -132,6 +132,20 @@ impl Logs {
     }
 }
 
+/// Rewrites `path` in place with `contents` and puts its modification time
+/// back, as `cp -p`, `touch -r` and `rsync -t` leave a file: only its ctime
+/// says it changed.
+pub fn rewrite_keeping_mtime(path: &Path, contents: &[u8]) {
+    let mtime = std::fs::metadata(path).unwrap().modified().unwrap();
+    std::fs::write(path, contents).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+}
+
 /// A folder laid out as the kubelet mounts a Secret: each file a
 /// symlink through `..data` to a timestamped folder, updated by
 /// writing a new folder and swapping `..data` (a rename, atomic).

@@ -99,35 +99,17 @@ mod tests {
     #[test]
     fn a_rewrite_with_its_modification_time_restored_is_a_change_and_a_fresh_stamp_is_not_settled()
     {
-        let dir = tempfile_dir();
-        let path = dir.join("tokens");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens");
         std::fs::write(&path, "old-token").unwrap();
-        let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
         let before = FileStamp::of(&path).unwrap();
         std::thread::sleep(Duration::from_millis(20));
-        std::fs::write(&path, "new-token").unwrap();
-        std::fs::File::options()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_modified(mtime)
-            .unwrap();
+        krabka_coordination::testkit::rewrite_keeping_mtime(&path, b"new-token");
         let after = FileStamp::of(&path).unwrap();
         assert_eq!(after.modified, before.modified, "the mtime was restored");
         assert_ne!(after, before, "the ctime moved");
         let now = SystemTime::now();
         assert!(!after.settled(now), "changed just now");
         assert!(after.settled(now + RACY + Duration::from_millis(1)));
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    fn tempfile_dir() -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "krabka-files-{}-{}",
-            std::process::id(),
-            crate::host::random::<u32>()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
     }
 }

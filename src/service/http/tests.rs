@@ -1692,13 +1692,8 @@ async fn a_batch_answers_each_item_for_its_own_role_in_the_order_asked() {
 /// for good: revocation failed open.
 #[tokio::test]
 async fn a_token_revoked_by_a_same_length_rewrite_with_its_time_restored_is_refused() {
-    let dir = std::env::temp_dir().join(format!(
-        "krabka-revoke-{}-{}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("tokens");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokens");
     std::fs::write(&path, "alpha-token\n").unwrap();
     let mut config = service_config();
     config.auth.api_tokens_file = Some(path.clone());
@@ -1713,14 +1708,7 @@ async fn a_token_revoked_by_a_same_length_rewrite_with_its_time_restored_is_refu
         call(&rig.app, bearing("/roles", "alpha-token")).await.0,
         StatusCode::UNAUTHORIZED
     );
-    let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
-    std::fs::write(&path, "omega-token\n").unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_modified(mtime)
-        .unwrap();
+    crate::testkit::rewrite_keeping_mtime(&path, b"omega-token\n");
     tokio::time::sleep(crate::files::LOOK_EVERY + Duration::from_millis(100)).await;
     assert_eq!(
         call(&rig.app, bearing("/roles", "alpha-token")).await.0,
@@ -1731,5 +1719,4 @@ async fn a_token_revoked_by_a_same_length_rewrite_with_its_time_restored_is_refu
         call(&rig.app, bearing("/roles", "omega-token")).await.0,
         StatusCode::UNAUTHORIZED
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
