@@ -11,7 +11,8 @@
 //!
 //! [`partition`] cuts a broker from the controller alone, which needs the
 //! cluster `scripts/test` starts as root in a private network namespace
-//! ([`replacement`] and [`rack`] start clusters of their own there);
+//! ([`replacement`], [`rack`] and [`single`] start clusters of their own
+//! there);
 //! [`pauses`] pauses the controller and a partition's leader; [`disk`]
 //! freezes the disk of a role's coordinator, which needs root too (each
 //! broker's data on a loop-mounted file system); they judge the views'
@@ -24,6 +25,7 @@ mod producer_ids;
 mod rack;
 mod replacement;
 mod samples;
+mod single;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

@@ -80,6 +80,15 @@ struct Pool {
     slots: Mutex<BTreeMap<String, Slot>>,
 }
 
+/// Whose a connection being opened is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    /// The pool's, shared by every request to its address.
+    Pooled,
+    /// One caller's, for one request ([`KafkaClient::connect_alone`]).
+    Alone,
+}
+
 /// A Kafka client over `kafka-protocol`: cheap to clone, one connection per
 /// broker shared by every clone.
 #[derive(Clone)]
@@ -199,7 +208,7 @@ impl KafkaClient {
                 ),
             });
         }
-        match self.open(addr).await {
+        match self.open(addr, Opening::Pooled).await {
             Ok(conn) => {
                 let conn = Arc::new(conn);
                 *guard = Some(conn.clone());
@@ -215,7 +224,25 @@ impl KafkaClient {
         }
     }
 
-    async fn open(&self, addr: &str) -> Result<Connection, KafkaError> {
+    /// The pool's open connection to `addr`, if there is one and nobody is
+    /// opening it now.
+    fn pooled(&self, addr: &str) -> Option<Arc<Connection>> {
+        let slot = lock(&self.pool.slots).get(addr)?.clone();
+        let guard = slot.try_lock().ok()?;
+        guard.as_ref().filter(|c| !c.is_closed()).cloned()
+    }
+
+    /// A connection to `addr` of the caller's own, outside the pool, for
+    /// one Metadata request: it reaches whichever process the address leads
+    /// to now (a confirmation on a cluster of one broker, `describe`).
+    /// Negotiated as the pool's connection to the address when there is
+    /// one, and not asked its cluster's id (the Metadata answer says it);
+    /// closed with a reset when dropped (no TIME_WAIT per request).
+    pub(crate) async fn connect_alone(&self, addr: &str) -> Result<Connection, KafkaError> {
+        self.open(addr, Opening::Alone).await
+    }
+
+    async fn open(&self, addr: &str, opening: Opening) -> Result<Connection, KafkaError> {
         let config = &self.shared.config;
         let connect_err = |reason: String| KafkaError::Connect {
             addr: addr.to_owned(),
@@ -228,6 +255,11 @@ impl KafkaClient {
         stream
             .set_nodelay(true)
             .map_err(|e| connect_err(e.to_string()))?;
+        if opening == Opening::Alone {
+            stream
+                .set_zero_linger()
+                .map_err(|e| connect_err(e.to_string()))?;
+        }
         let settings = self.shared.settings.clone();
         let mut conn = match &self.shared.tls {
             None => Connection::start(stream, addr, settings),
@@ -247,7 +279,10 @@ impl KafkaClient {
                 Connection::start(stream, addr, settings)
             }
         };
-        conn.negotiate(config.request_timeout).await?;
+        match self.pooled(addr).filter(|_| opening == Opening::Alone) {
+            Some(pooled) => conn.negotiated_as(&pooled),
+            None => conn.negotiate(config.request_timeout).await?,
+        }
         if let Some(sasl) = &config.security.sasl {
             let lifetime = authenticate(&conn, sasl, config.request_timeout).await?;
             if let Some(lifetime) = lifetime {
@@ -256,6 +291,12 @@ impl KafkaClient {
                 let share = host::random_range(0.75..0.85);
                 conn.retire_at(Instant::now() + lifetime.mul_f64(share));
             }
+        }
+        if opening == Opening::Alone && !self.state().confirms().by_find_coordinator() {
+            // Its request is a Metadata request, whose answer says which
+            // cluster it reached (`ClusterState::learn`); a FindCoordinator
+            // answer does not, so then it is asked first.
+            return Ok(conn);
         }
         let (id, brokers) = conn.ask_cluster_id(config.request_timeout).await?;
         self.state().learn(Lesson::ClusterId {

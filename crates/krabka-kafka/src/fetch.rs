@@ -479,14 +479,12 @@ impl Reader<'_> {
         from: i64,
     ) -> Result<PartitionRead, KafkaError> {
         let min_isr = self.client.state().min_isrs().of(topic);
-        if !self.client.state().metadata().single_broker()
-            && !self.client.state().epochs().confirmed_within(
-                topic,
-                partition,
-                READ_CONFIRMED_WITHIN,
-                min_isr,
-            )
-        {
+        if !self.client.state().epochs().confirmed_within(
+            topic,
+            partition,
+            READ_CONFIRMED_WITHIN,
+            min_isr,
+        ) {
             self.client.metadata().confirm_leaders(topic).await;
         }
         let end = self.list_offset(topic, partition, LATEST).await?;

@@ -49,6 +49,18 @@ impl Stream {
             StreamInner::Sim(s) => s.set_nodelay(nodelay),
         }
     }
+
+    /// Closes with a reset rather than a FIN, so the closed socket does not
+    /// wait in TIME_WAIT for a minute holding its port (a connection opened
+    /// for one request, many a second); a simulated stream has no such
+    /// state.
+    pub fn set_zero_linger(&self) -> io::Result<()> {
+        match &self.0 {
+            StreamInner::Os(s) => s.set_zero_linger(),
+            #[cfg(feature = "sim")]
+            StreamInner::Sim(_) => Ok(()),
+        }
+    }
 }
 
 impl From<tokio::net::TcpStream> for Stream {

@@ -213,6 +213,7 @@ impl ClusterMetadata<'_> {
             answer: parse_metadata(response),
             from: &from,
             sent,
+            alone: false,
         });
         if self.client.state().epochs().is_stale(&from) {
             return Err(KafkaError::Stale {
@@ -249,6 +250,7 @@ impl ClusterMetadata<'_> {
             answer: parse_metadata(response),
             from: addr,
             sent,
+            alone: false,
         });
         Ok(())
     }
@@ -282,13 +284,14 @@ impl ClusterMetadata<'_> {
     /// partitions, or a second one when the first leads some). Hedged as
     /// every request any broker can answer, so a hung broker delays a
     /// round by a fraction of a second. Stale brokers are probed meanwhile.
+    /// On a cluster of one broker, its address on a connection of its own.
     pub(crate) async fn confirm_leaders(&self, topic: &str) {
         self.probe_stale();
+        let request = build_metadata(self.refresh_topics(Some(topic)));
         if self.client.state().metadata().single_broker() {
-            return;
+            return self.confirm_alone(&request).await;
         }
         self.client.topics().read_min_isr(topic);
-        let request = build_metadata(self.refresh_topics(Some(topic)));
         let since = boot_now();
         let mut asked: Vec<String> = Vec::new();
         loop {
@@ -340,8 +343,37 @@ impl ClusterMetadata<'_> {
                 answer: parse_metadata(response),
                 from: &from,
                 sent,
+                alone: false,
             });
             asked.push(from);
+        }
+    }
+
+    /// On a cluster of one broker: `request` asked on a connection opened
+    /// for it, whose answer proves which process the broker's address leads
+    /// to now (`describe`'s argument, step 3, where a replaced process's
+    /// old connections still reach it).
+    async fn confirm_alone(&self, request: &MetadataRequest) {
+        let Some((_, addr)) = self.client.state().metadata().brokers().into_iter().next() else {
+            return;
+        };
+        let sent = boot_now();
+        let answered = match self.client.connect_alone(&addr).await {
+            Ok(conn) => {
+                self.client
+                    .call_on(&conn, request, self.client.config().request_timeout)
+                    .await
+            }
+            Err(error) => Err(error),
+        };
+        match answered {
+            Ok(response) => self.client.state().learn(Lesson::Metadata {
+                answer: parse_metadata(response),
+                from: &addr,
+                sent,
+                alone: true,
+            }),
+            Err(error) => tracing::debug!(%error, "a leader confirmation failed"),
         }
     }
 

@@ -3,16 +3,17 @@
 //! partition of `__transaction_state` at (a Metadata request of that
 //! topic; FindCoordinator, which names no epoch, only where the client may
 //! not describe it), and what that backs of the batch decides which
-//! answers are kept (the argument is in `describe`).
+//! answers are kept (the argument is in `describe`). On a cluster of one
+//! broker there is no other: its address is asked on a connection opened
+//! for the confirmation (`Voter::Alone`).
 
 use std::collections::HashMap;
 
 use std::sync::Arc;
 
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::quorum::{Says, Verdict, says, tally};
+use super::quorum::{Says, Verdict, Voter, says, tally};
 use super::wire::{build_leaders_request, parse_leaders, partition_for};
 use super::{CONFIRM_WINDOW, DescribeAnswer, Describer, Pending};
 use crate::config::Broker;
@@ -68,28 +69,33 @@ impl Describer<'_> {
     /// Puts a batch of `at` with `ids`, whose checks all arrived before
     /// now, in the confirmation stream: the answer of the first
     /// confirmation sent from now on to a broker other than `at` that
-    /// answers (see `describe`). `None` when the cluster is known to be one
-    /// broker, so a coordinator cannot have moved.
-    pub(crate) fn confirmation(
-        &self,
-        at: &Broker,
-        ids: &[String],
-    ) -> Option<oneshot::Receiver<Result<Confirmation, KafkaError>>> {
-        if self.client.state().metadata().single_broker() {
-            return None;
-        }
+    /// answers, or on a cluster of one broker to `at`'s address on a
+    /// connection of its own (see `describe`).
+    pub(crate) fn confirmation(&self, at: &Broker, ids: &[String]) -> Pending {
         let (rx, free) = self.client.state().confirms().wait(at, ids.to_vec());
         if free {
             self.send_confirmation();
         }
-        Some(rx)
+        rx
     }
 
     /// Sends the stream's next confirmation, if it is free and a batch
-    /// waits (describes without rounds: see `describe`).
+    /// waits (describes without rounds: see `describe`): on a cluster of
+    /// one broker, to it alone.
     fn send_confirmation(&self) {
-        let brokers = self.confirming_brokers();
-        if let Some(request) = self.client.state().confirms().next_request(&brokers) {
+        let confirms = self.client.state().confirms();
+        let only = self
+            .client
+            .state()
+            .metadata()
+            .single_broker()
+            .then(|| self.client.state().metadata().brokers().into_iter().next())
+            .flatten();
+        let request = match only {
+            Some((id, addr)) => confirms.request_alone(&Broker { id, addr }),
+            None => confirms.next_request(&self.confirming_brokers()),
+        };
+        if let Some(request) = request {
             let client = self.client.clone();
             tokio::spawn(async move {
                 client.describer().confirm(request).await;
@@ -143,7 +149,26 @@ impl Describer<'_> {
     /// Asks `request`'s broker which broker coordinates each of its ids
     /// ([`Self::ask_named`]).
     async fn ask_confirmation(&self, request: &ConfirmRequest) -> Result<Confirmation, KafkaError> {
-        self.ask_named(&request.to, &request.ids).await
+        self.ask_named(&request.to, &request.ids, request.alone)
+            .await
+    }
+
+    /// Sends `request` to `by`: on `own` connection when there is one, on
+    /// the client's otherwise.
+    async fn ask<R: kafka_protocol::protocol::Request>(
+        &self,
+        by: &Broker,
+        own: Option<&Connection>,
+        request: &R,
+    ) -> Result<R::Response, KafkaError> {
+        match own {
+            Some(conn) => {
+                self.client
+                    .call_on(conn, request, self.client.config().request_timeout)
+                    .await
+            }
+            None => self.client.send_to(&by.addr, request).await,
+        }
     }
 
     /// Asks `by` which broker coordinates each of `ids`, at which leader
@@ -162,27 +187,50 @@ impl Describer<'_> {
     /// the cluster does not let describe that topic
     /// (TOPIC_AUTHORIZATION_FAILED) confirms with FindCoordinator from then
     /// on, by node id alone (said at warn; docs/operations.md asks for the
-    /// permission); any other error of the topic, this time.
+    /// permission); any other error of the topic, this time. `alone`: on a
+    /// connection opened for it ([`Voter::Alone`]).
     pub(super) async fn ask_named(
         &self,
         by: &Broker,
         ids: &[String],
+        alone: bool,
     ) -> Result<Confirmation, KafkaError> {
         if let Some(observer) = self.client.observer() {
             observer.confirmation(&by.addr, ids.len());
         }
+        // Opened for this confirmation, closed (reset) when it is dropped.
+        let own = if alone {
+            Some(self.client.connect_alone(&by.addr).await?)
+        } else {
+            None
+        };
         if !self.client.state().confirms().by_find_coordinator() {
             let sent = boot_now();
-            let response = self
-                .client
-                .send_to(&by.addr, &build_leaders_request())
-                .await?;
-            let leaders = parse_leaders(&response);
+            let response = self.ask(by, own.as_ref(), &build_leaders_request()).await?;
+            let answer = parse_metadata(response);
+            let leaders = parse_leaders(&answer);
+            // A connection of its own asked no cluster id first: its answer
+            // says which cluster it reached, and another one than known
+            // confirms nothing (it is learned, as any answer's id is).
+            let elsewhere = alone
+                && !self
+                    .client
+                    .state()
+                    .metadata()
+                    .is_cluster(answer.cluster_id.as_deref());
             self.client.state().learn(Lesson::Metadata {
-                answer: parse_metadata(response),
+                answer,
                 from: &by.addr,
                 sent,
+                alone,
             });
+            if elsewhere {
+                return Err(KafkaError::Stale {
+                    addr: by.addr.clone(),
+                    reason: "its address now leads to another cluster: it confirms nothing"
+                        .to_owned(),
+                });
+            }
             if self.client.state().epochs().is_stale(&by.addr) {
                 return Err(KafkaError::Stale {
                     addr: by.addr.clone(),
@@ -210,6 +258,7 @@ impl Describer<'_> {
                     return Ok(Confirmation {
                         by: by.clone(),
                         named,
+                        alone,
                     });
                 }
                 Err(e) if e.is(ResponseError::TopicAuthorizationFailed) => {
@@ -224,11 +273,11 @@ impl Describer<'_> {
             }
         }
         let response = self
-            .client
-            .send_to(&by.addr, &build_find_coordinator(ids))
+            .ask(by, own.as_ref(), &build_find_coordinator(ids))
             .await?;
         Ok(Confirmation {
             by: by.clone(),
+            alone,
             named: parse_find_coordinator(ids, response)
                 .into_iter()
                 .map(|(id, answer)| (id, answer.map(Named::found)))
@@ -328,9 +377,16 @@ impl Describer<'_> {
     ) -> HashMap<String, Verdict> {
         let epochs = self.client.state().epochs();
         let newest = |p: i32| epochs.newest_epoch(TRANSACTION_STATE, p);
-        let said: Vec<(i32, HashMap<String, Says>)> = votes
+        let said: Vec<(Voter, HashMap<String, Says>)> = votes
             .iter()
-            .map(|c| (c.by.id, says(c, coordinator, leads, &newest)))
+            .map(|c| {
+                let by = if c.alone {
+                    Voter::Alone
+                } else {
+                    Voter::Broker(c.by.id)
+                };
+                (by, says(c, coordinator, leads, &newest))
+            })
             .collect();
         let min_isr = self.client.state().min_isrs().of(TRANSACTION_STATE);
         let mut ids: Vec<&String> = said.iter().flat_map(|(_, s)| s.keys()).collect();
@@ -338,7 +394,7 @@ impl Describer<'_> {
         ids.dedup();
         ids.into_iter()
             .map(|id| {
-                let per: Vec<(i32, &Says)> = said
+                let per: Vec<(Voter, &Says)> = said
                     .iter()
                     .filter_map(|(by, s)| s.get(id).map(|s| (*by, s)))
                     .collect();
@@ -392,7 +448,7 @@ impl Describer<'_> {
         let answers = futures::future::join_all(
             asked
                 .iter()
-                .map(|b| tokio::time::timeout(left, self.ask_named(b, short))),
+                .map(|b| tokio::time::timeout(left, self.ask_named(b, short, false))),
         )
         .await;
         answers.into_iter().filter_map(|a| a.ok()?.ok()).collect()

@@ -68,9 +68,7 @@ impl Describer<'_> {
     /// it never said, and the answers will need a confirmation that names
     /// an epoch.
     pub(super) fn needs_leads(&self, conn: &Connection) -> bool {
-        conn.leads().1.is_none()
-            && !self.client.state().metadata().single_broker()
-            && !self.client.state().confirms().by_find_coordinator()
+        conn.leads().1.is_none() && !self.client.state().confirms().by_find_coordinator()
     }
 
     /// Asks the process on `conn` what it leads, and keeps the answer on
@@ -116,6 +114,7 @@ impl Describer<'_> {
             answer,
             from: conn.addr(),
             sent,
+            alone: false,
         });
     }
 }

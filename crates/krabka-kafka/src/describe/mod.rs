@@ -163,11 +163,19 @@
 //!   replica and the round's confirmation is enough.
 //! - *One broker*: a cluster a Metadata answer showed to be one broker (it
 //!   lists one, and `__transaction_state` has no replica elsewhere) has
-//!   nowhere to move a coordinator to: no rounds, each coordinator's
-//!   describes go batch after batch, unconfirmed. Until an answer said
-//!   how large the cluster is (a new client, a cluster just replaced) it
-//!   counts as many, and the describe asks for metadata first. When no
-//!   broker but a batch's coordinator can be asked (the others in
+//!   nowhere to move a coordinator to, but its process may be replaced
+//!   (step 3) while the describe's connection still reaches the old one.
+//!   No rounds: each coordinator's describes go batch after batch, each
+//!   confirmed on a connection opened for it, to the broker's own address,
+//!   after the batch was taken (`Confirms::request_alone`): it reaches the
+//!   process the address leads to now, which must name the epoch the
+//!   describe's process said it leads at (`quorum::Voter::Alone`). That
+//!   proves the address, not more: an old process still reached at the
+//!   address by new connections, its replacement elsewhere, is not told
+//!   apart (docs/trust.md). Until an answer said how large the cluster is
+//!   (a new client, a cluster just replaced) it counts as many, and the
+//!   describe asks for metadata first. When no broker but a batch's
+//!   coordinator can be asked on a cluster of many (the others in
 //!   reconnect backoff), the batch fails at once, retriably.
 //!
 //! **Monotonic answers.** As a second line, a caller may give a floor per id
@@ -482,9 +490,9 @@ impl Describer<'_> {
         }
     }
 
-    /// One DescribeTransactions to `coordinator` outside the rounds: in the
-    /// confirmation stream unless the cluster is one broker; its
-    /// answers wait for the confirmation in a task of their own.
+    /// One DescribeTransactions to `coordinator` outside the rounds, in the
+    /// confirmation stream; its answers wait for the confirmation in a
+    /// task of their own.
     async fn describe_batch(&self, coordinator: &Broker, batch: Vec<(String, DescribeReply)>) {
         // Every check of the batch arrived before this instant (on the clock
         // that counts suspends: the window must).
@@ -497,8 +505,8 @@ impl Describer<'_> {
         }
         let confirmation = self.confirmation(coordinator, &ids);
         let answers = self.describe(coordinator, &ids).await;
-        match (answers, confirmation) {
-            (Ok((mut answers, conn)), Some(confirmation)) => {
+        match answers {
+            Ok((mut answers, conn)) => {
                 let client = self.client.clone();
                 let coordinator = coordinator.clone();
                 tokio::spawn(async move {
@@ -509,7 +517,7 @@ impl Describer<'_> {
                     reply(batch, &Ok(answers), &coordinator);
                 });
             }
-            (answers, _) => reply(batch, &answers.map(|(a, _)| a), coordinator),
+            Err(e) => reply(batch, &Err(e), coordinator),
         }
     }
 

@@ -24,7 +24,9 @@
 //!   named, no older than any leader epoch the client has seen for the
 //!   partition, are its votes: it is confirmed when RF − min.isr replicas
 //!   other than the coordinator voted, and at least one broker did (the
-//!   coordinator's own word never proves which process it is);
+//!   coordinator's own word never proves which process it is), or, on a
+//!   cluster of one broker, the coordinator's address asked on a
+//!   connection opened for the confirmation (`Voter::Alone`);
 //! - a vote from FindCoordinator (a client that may not describe
 //!   `__transaction_state`) names neither epoch nor replicas: one is enough,
 //!   by node id alone (weaker, said at warn where it is chosen).
@@ -119,6 +121,18 @@ pub(crate) fn says(
         .collect()
 }
 
+/// Who gave a confirmation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Voter {
+    /// A broker, by node id, on the client's connection to it.
+    Broker(i32),
+    /// The coordinator's own address, on a connection opened after the
+    /// batch was taken (a cluster of one broker): it reaches the process
+    /// the address leads to now, so it proves the describe's process is
+    /// still that one; it is no other replica's vote.
+    Alone,
+}
+
 /// What the confirmations of a batch decide of one id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
@@ -162,10 +176,10 @@ impl Verdict {
     }
 }
 
-/// What the confirmations `votes` (each broker's node id with what it
-/// says of the id) decide of an id coordinated by node `coordinator`, with
-/// `min_isr` the partition's `min.insync.replicas` (module docs).
-pub(crate) fn tally(coordinator: i32, votes: &[(i32, &Says)], min_isr: i32) -> Verdict {
+/// What the confirmations `votes` (who gave each, with what it says of the
+/// id) decide of an id coordinated by node `coordinator`, with `min_isr`
+/// the partition's `min.insync.replicas` (module docs).
+pub(crate) fn tally(coordinator: i32, votes: &[(Voter, &Says)], min_isr: i32) -> Verdict {
     if let Some(broker) = votes.iter().find_map(|(_, s)| match s {
         Says::Other(b) => Some(b),
         _ => None,
@@ -178,9 +192,9 @@ pub(crate) fn tally(coordinator: i32, votes: &[(i32, &Says)], min_isr: i32) -> V
     }) {
         return Verdict::Unproven(why.clone());
     }
-    let same: Vec<(i32, &Option<Vec<i32>>)> = votes
+    let same: Vec<(Voter, &Option<Vec<i32>>)> = votes
         .iter()
-        .filter(|(by, _)| *by != coordinator)
+        .filter(|(by, _)| *by != Voter::Broker(coordinator))
         .filter_map(|(by, s)| match s {
             Says::Same { replicas } => Some((*by, replicas)),
             _ => None,
@@ -205,8 +219,10 @@ pub(crate) fn tally(coordinator: i32, votes: &[(i32, &Says)], min_isr: i32) -> V
     let need = replicas.len().saturating_sub(min_isr);
     let mut voted: Vec<i32> = same
         .iter()
-        .map(|(by, _)| *by)
-        .filter(|by| replicas.contains(by))
+        .filter_map(|(by, _)| match by {
+            Voter::Broker(id) if replicas.contains(id) => Some(*id),
+            _ => None,
+        })
         .collect();
     voted.sort_unstable();
     voted.dedup();
@@ -242,6 +258,7 @@ mod tests {
     fn confirmation(by: i32, leader: i32, epoch: i32, replicas: &[i32]) -> Confirmation {
         Confirmation {
             by: broker(by),
+            alone: false,
             named: HashMap::from([(
                 "r".to_owned(),
                 Ok(Named {
@@ -263,7 +280,7 @@ mod tests {
     fn a_broker_that_holds_no_replica_confirms_nothing_where_a_replica_is_needed() {
         let replicas = [1, 2, 3];
         let none = same(&replicas);
-        let verdict = tally(1, &[(4, &none)], 2);
+        let verdict = tally(1, &[(Voter::Broker(4), &none)], 2);
         assert_eq!(
             verdict,
             Verdict::Short {
@@ -273,10 +290,21 @@ mod tests {
             }
         );
         assert!(verdict.refusal(1).unwrap().contains("1 replica(s)"));
-        assert_eq!(tally(1, &[(4, &none), (2, &none)], 2), Verdict::Confirmed);
+        assert_eq!(
+            tally(
+                1,
+                &[(Voter::Broker(4), &none), (Voter::Broker(2), &none)],
+                2
+            ),
+            Verdict::Confirmed
+        );
         // The coordinator's own word is no vote.
         assert!(matches!(
-            tally(1, &[(1, &none), (4, &none)], 2),
+            tally(
+                1,
+                &[(Voter::Broker(1), &none), (Voter::Broker(4), &none)],
+                2
+            ),
             Verdict::Short { .. }
         ));
     }
@@ -285,26 +313,49 @@ mod tests {
     fn rf_minus_min_isr_replicas_besides_the_coordinator_must_vote() {
         let r3 = same(&[1, 2, 3]);
         // min.isr 2: one other replica; min.isr 1: both; 3: anyone.
-        assert_eq!(tally(1, &[(2, &r3)], 2), Verdict::Confirmed);
+        assert_eq!(tally(1, &[(Voter::Broker(2), &r3)], 2), Verdict::Confirmed);
         assert!(matches!(
-            tally(1, &[(2, &r3)], 1),
+            tally(1, &[(Voter::Broker(2), &r3)], 1),
             Verdict::Short { need: 2, .. }
         ));
-        assert_eq!(tally(1, &[(2, &r3), (3, &r3)], 1), Verdict::Confirmed);
-        assert_eq!(tally(1, &[(4, &r3)], 3), Verdict::Confirmed, "identity");
+        assert_eq!(
+            tally(1, &[(Voter::Broker(2), &r3), (Voter::Broker(3), &r3)], 1),
+            Verdict::Confirmed
+        );
+        assert_eq!(
+            tally(1, &[(Voter::Broker(4), &r3)], 3),
+            Verdict::Confirmed,
+            "identity"
+        );
         // Unknown min.isr counts as 1 (the callers' default), 0 as 1.
         assert!(matches!(
-            tally(1, &[(2, &r3)], 0),
+            tally(1, &[(Voter::Broker(2), &r3)], 0),
             Verdict::Short { need: 2, .. }
         ));
         // RF 5, min.isr 2: three others.
         let r5 = same(&[1, 2, 3, 4, 5]);
         assert!(matches!(
-            tally(1, &[(2, &r5), (3, &r5), (2, &r5)], 2),
+            tally(
+                1,
+                &[
+                    (Voter::Broker(2), &r5),
+                    (Voter::Broker(3), &r5),
+                    (Voter::Broker(2), &r5)
+                ],
+                2
+            ),
             Verdict::Short { need: 3, .. }
         ));
         assert_eq!(
-            tally(1, &[(2, &r5), (3, &r5), (5, &r5)], 2),
+            tally(
+                1,
+                &[
+                    (Voter::Broker(2), &r5),
+                    (Voter::Broker(3), &r5),
+                    (Voter::Broker(5), &r5)
+                ],
+                2
+            ),
             Verdict::Confirmed
         );
     }
@@ -315,23 +366,60 @@ mod tests {
         let moved = Says::Other(broker(2));
         let unproven = Says::Unproven("why".into());
         assert_eq!(
-            tally(1, &[(3, &r3), (2, &moved)], 2),
+            tally(1, &[(Voter::Broker(3), &r3), (Voter::Broker(2), &moved)], 2),
             Verdict::Moved(broker(2))
         );
         assert_eq!(
-            tally(1, &[(3, &r3), (2, &unproven)], 2),
+            tally(
+                1,
+                &[(Voter::Broker(3), &r3), (Voter::Broker(2), &unproven)],
+                2
+            ),
             Verdict::Unproven("why".into())
         );
         let behind = Says::Behind("behind".into());
         let failed = Says::Failed(KafkaError::Internal("x".into()));
         assert_eq!(
-            tally(1, &[(2, &behind)], 2),
+            tally(1, &[(Voter::Broker(2), &behind)], 2),
             Verdict::Failed("behind".into())
         );
-        assert!(matches!(tally(1, &[(2, &failed)], 2), Verdict::Failed(_)));
-        assert_eq!(tally(1, &[(2, &behind), (3, &r3)], 2), Verdict::Confirmed);
+        assert!(matches!(
+            tally(1, &[(Voter::Broker(2), &failed)], 2),
+            Verdict::Failed(_)
+        ));
+        assert_eq!(
+            tally(
+                1,
+                &[(Voter::Broker(2), &behind), (Voter::Broker(3), &r3)],
+                2
+            ),
+            Verdict::Confirmed
+        );
         let found = Says::Same { replicas: None };
-        assert_eq!(tally(1, &[(2, &found)], 1), Verdict::Confirmed);
+        assert_eq!(
+            tally(1, &[(Voter::Broker(2), &found)], 1),
+            Verdict::Confirmed
+        );
+    }
+
+    /// Issue 52 (2): one broker, RF 1. Its own word on the describe's
+    /// connection is no vote; asked on a connection of its own, it proves
+    /// the process (no replica besides it is needed).
+    #[test]
+    fn on_one_broker_the_address_asked_anew_confirms_and_its_own_word_does_not() {
+        let r1 = same(&[1]);
+        assert!(matches!(
+            tally(1, &[(Voter::Broker(1), &r1)], 1),
+            Verdict::Failed(_)
+        ));
+        assert_eq!(tally(1, &[(Voter::Alone, &r1)], 1), Verdict::Confirmed);
+        // Three replicas of which only one is known (two fenced, unlisted):
+        // the address alone is not the replica min.isr 2 needs.
+        let r3 = same(&[1, 2, 3]);
+        assert!(matches!(
+            tally(1, &[(Voter::Alone, &r3)], 2),
+            Verdict::Short { need: 1, .. }
+        ));
     }
 
     #[test]

@@ -4,8 +4,7 @@
 use std::collections::HashMap;
 
 use kafka_protocol::messages::{
-    DescribeTransactionsRequest, DescribeTransactionsResponse, MetadataRequest, MetadataResponse,
-    TransactionalId,
+    DescribeTransactionsRequest, DescribeTransactionsResponse, MetadataRequest, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -14,7 +13,7 @@ use crate::config::Broker;
 use crate::coordinator::coordinator_error;
 use crate::error::{KafkaError, ResponseError};
 use crate::metadata::{TRANSACTION_STATE, build_metadata};
-use crate::state::{Leader, TransactionDescription};
+use crate::state::{Leader, MetadataAnswer, TransactionDescription};
 
 /// A DescribeTransactions of `ids`.
 pub(super) fn build_describe(ids: &[String]) -> DescribeTransactionsRequest {
@@ -66,28 +65,20 @@ pub(crate) struct Replicated {
 
 /// Per partition of `__transaction_state` (by index), its leader with its
 /// leader epoch and its replicas, or why it has no leader; the topic's
-/// error when it has one.
+/// error when it has one. Read from the answer as the view takes it, so a
+/// confirmation's Metadata answer is decoded once.
 pub(crate) fn parse_leaders(
-    response: &MetadataResponse,
+    answer: &MetadataAnswer,
 ) -> Result<Vec<Result<Replicated, KafkaError>>, KafkaError> {
-    let brokers: HashMap<i32, String> = response
-        .brokers
-        .iter()
-        .map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port)))
-        .collect();
-    let topic = response
+    let topic = answer
         .topics
         .iter()
-        .find(|t| {
-            t.name
-                .as_ref()
-                .is_some_and(|n| n.0.as_str() == TRANSACTION_STATE)
-        })
+        .find_map(|(name, topic)| (name == TRANSACTION_STATE).then_some(topic))
         .ok_or_else(|| {
             KafkaError::Malformed(format!("Metadata answered nothing for {TRANSACTION_STATE}"))
         })?;
-    if topic.error_code != 0 {
-        return Err(KafkaError::broker("Metadata", topic.error_code, None));
+    if topic.error != 0 {
+        return Err(KafkaError::broker("Metadata", topic.error, None));
     }
     let count = topic.partitions.len();
     let mut leaders: Vec<Result<Replicated, KafkaError>> = (0..count)
@@ -98,21 +89,21 @@ pub(crate) fn parse_leaders(
         })
         .collect();
     for partition in &topic.partitions {
-        let Some(slot) = usize::try_from(partition.partition_index)
+        let Some(slot) = usize::try_from(partition.index)
             .ok()
             .and_then(|i| leaders.get_mut(i))
         else {
             return Err(KafkaError::Malformed(format!(
                 "Metadata named partition {} of {TRANSACTION_STATE}, which has {count}",
-                partition.partition_index
+                partition.index
             )));
         };
-        let leader = partition.leader_id.0;
-        *slot = if partition.error_code != 0 {
-            Err(KafkaError::broker("Metadata", partition.error_code, None))
+        let leader = partition.leader;
+        *slot = if partition.error != 0 {
+            Err(KafkaError::broker("Metadata", partition.error, None))
         } else {
-            match brokers.get(&leader) {
-                Some(addr) => Ok(Replicated {
+            match answer.brokers.iter().find(|(id, _)| *id == leader) {
+                Some((_, addr)) => Ok(Replicated {
                     leader: Leader {
                         broker: Broker {
                             id: leader,
@@ -120,7 +111,7 @@ pub(crate) fn parse_leaders(
                         },
                         epoch: partition.leader_epoch,
                     },
-                    replicas: partition.replica_nodes.iter().map(|r| r.0).collect(),
+                    replicas: partition.replicas.clone(),
                 }),
                 None => Err(coordinator_error(
                     ResponseError::CoordinatorNotAvailable.code(),
@@ -152,7 +143,9 @@ pub(crate) fn partition_for(id: &str, partitions: usize) -> usize {
 #[cfg(test)]
 pub(crate) mod tests {
     use kafka_protocol::messages::describe_transactions_response::TransactionState;
-    use kafka_protocol::messages::{BrokerId, ProducerId};
+    use kafka_protocol::messages::{BrokerId, MetadataResponse, ProducerId};
+
+    use crate::metadata::parse_metadata;
 
     use super::*;
 
@@ -251,7 +244,7 @@ pub(crate) mod tests {
                         partition(2, -1, 5),
                     ]),
             ]);
-        let leaders = parse_leaders(&response).unwrap();
+        let leaders = parse_leaders(&parse_metadata(response.clone())).unwrap();
         assert_eq!(leaders.len(), 3);
         assert_eq!(
             leaders[0],
@@ -271,7 +264,7 @@ pub(crate) mod tests {
         let mut refused = response;
         refused.topics[0].error_code = ResponseError::TopicAuthorizationFailed.code();
         assert_eq!(
-            parse_leaders(&refused).unwrap_err().code(),
+            parse_leaders(&parse_metadata(refused)).unwrap_err().code(),
             Some(ResponseError::TopicAuthorizationFailed.code())
         );
         let request = build_leaders_request();

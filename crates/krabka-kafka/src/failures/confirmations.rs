@@ -507,10 +507,11 @@ async fn a_new_client_bootstrapped_from_a_cut_off_broker_never_takes_its_answer_
     }
 }
 
-/// A single broker whose metadata says so is confirmed by no one: its
-/// answers are used as they come, from the first one.
+/// A single broker whose metadata says so has no other broker to confirm
+/// its answers: each batch is confirmed on a connection opened for it, to
+/// the broker's own address, one request besides the describe.
 #[tokio::test]
-async fn one_broker_that_says_it_is_alone_is_answered_unconfirmed() {
+async fn one_broker_is_confirmed_on_a_connection_of_its_own() {
     let addr: Arc<std::sync::Mutex<String>> = Arc::default();
     let broker = {
         let addr = addr.clone();
@@ -543,6 +544,86 @@ async fn one_broker_that_says_it_is_alone_is_answered_unconfirmed() {
     assert_eq!((d.producer_id, d.producer_epoch), (4, 0));
     assert!(client.state().metadata().single_broker());
     assert_eq!(broker.requests(ApiKey::DescribeTransactions).len(), 1);
+    // Every id at once, and again: one describe and one confirmation each.
+    let ids: Vec<String> = (0..4).map(|i| format!("r{i}")).collect();
+    all_described_as(&client, &ids, (4, 0)).await;
+    all_described_as(&client, &ids, (4, 0)).await;
+}
+
+/// Issue 52 (2): the same hole as issue 44's on a cluster of one broker
+/// (its controllers elsewhere). The broker is replaced behind its address:
+/// new connections reach the new process, which leads
+/// `__transaction_state`-0 at epoch 6 and answers the new pair 7:2; the
+/// client's connection made before still reaches the old process, cut
+/// off, which answers 7:1 and says it leads at epoch 4. No other broker
+/// can say which process leads. Before, a cluster known to be one broker
+/// was never confirmed, and the old process's 7:1 was used for as long as
+/// its connection lived.
+#[tokio::test]
+async fn one_broker_replaced_behind_its_address_is_never_confirmed() {
+    let addr: Arc<std::sync::Mutex<String>> = Arc::default();
+    let script = |old: bool| {
+        let addr = addr.clone();
+        Arc::new(move |header: &RequestHeader, body: Bytes| {
+            let addr = addr.lock().unwrap().clone();
+            let epoch = if old { 4 } else { 6 };
+            match ApiKey::try_from(header.request_api_key).unwrap() {
+                ApiKey::Metadata => {
+                    let partitions = [(0, 1, epoch)];
+                    let topic = Some(("__transaction_state", &partitions[..]));
+                    Some(answer(header, &metadata(&[(1, addr.as_str())], topic)))
+                }
+                ApiKey::FindCoordinator => Some(answer(
+                    header,
+                    &naming(request(header.request_api_version, body), |_| (1, &addr)),
+                )),
+                ApiKey::DescribeTransactions => {
+                    let pair = if old { (7, 1) } else { (7, 2) };
+                    Some(described(header, body, pair, "Empty"))
+                }
+                _ => None,
+            }
+        }) as crate::fake::Script
+    };
+    let broker = FakeBroker::start(script(true)).await;
+    *addr.lock().unwrap() = broker.addr.clone();
+    let client = client(&[&broker.addr]);
+    let d = client
+        .describer()
+        .describe_transaction("r")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((d.producer_id, d.producer_epoch), (7, 1), "before the move");
+    assert!(client.state().metadata().single_broker());
+
+    broker.replace_for_new_connections(script(false));
+    let moved = Instant::now();
+    let mut first_new = None;
+    while moved.elapsed() < Duration::from_secs(3) {
+        let d = client
+            .describer()
+            .describe_transaction("r")
+            .await
+            .unwrap()
+            .unwrap();
+        match (d.producer_id, d.producer_epoch) {
+            (7, 2) => {
+                first_new.get_or_insert_with(|| moved.elapsed());
+            }
+            pair => panic!(
+                "the replaced process's {pair:?} was used {:?} after the move",
+                moved.elapsed()
+            ),
+        }
+    }
+    let took = first_new.expect("the new process's pair");
+    assert!(
+        took < Duration::from_secs(1),
+        "the new pair came {took:?} after the move"
+    );
+    let ids: Vec<String> = (0..4).map(|i| format!("r{i}")).collect();
+    all_described_as(&client, &ids, (7, 2)).await;
 }
 
 /// Issue 44 (2): node 2 is replaced behind its address (a new process

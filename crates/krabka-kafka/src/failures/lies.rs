@@ -180,5 +180,8 @@ async fn a_huge_count_in_a_fetch_or_describe_answer_is_retried_on_a_new_connecti
     assert_eq!(broker.requests(ApiKey::ListOffsets).len(), 2);
     assert_eq!(broker.requests(ApiKey::Fetch).len(), 2);
     assert_eq!(broker.requests(ApiKey::DescribeTransactions).len(), 2);
+    // Counted by their first request, which asks the cluster's id: the
+    // connections each describe's confirmation opens for itself (one
+    // broker) ask none, and are not counted.
     assert_eq!(connections(&broker), 4, "each lie cost its connection");
 }

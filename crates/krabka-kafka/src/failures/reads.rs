@@ -465,3 +465,104 @@ async fn a_read_bounds_batches_by_the_topics_max_message_bytes_asked_once() {
     assert!(read.skipped.is_empty());
     assert_eq!(asked_bound(), 1);
 }
+
+/// Issue 52 (2), for the views: a cluster of one broker, replaced behind
+/// its address. The old process, cut off, leads t-0 at epoch 4 as far as it
+/// knows and serves reads there on the tailer's connection; new
+/// connections reach the new process, which leads at epoch 6. No other
+/// broker can say so: the broker's address asked on a connection of its
+/// own does. Before, a cluster known to be one broker counted every read
+/// complete as of its fetch, so the old process's reads stayed fresh for as
+/// long as its connection lived.
+#[tokio::test]
+async fn one_broker_replaced_behind_its_address_makes_no_read_fresh() {
+    let addr: Arc<std::sync::Mutex<String>> = Arc::default();
+    let script = |epoch: i32| {
+        let addr = addr.clone();
+        Arc::new(
+            move |header: &kafka_protocol::messages::RequestHeader, body: Bytes| {
+                let addr = addr.lock().unwrap().clone();
+                let brokers = [(1, addr.as_str())];
+                match ApiKey::try_from(header.request_api_key).unwrap() {
+                    ApiKey::Metadata => Some(leading(header, body, &brokers, (1, epoch))),
+                    ApiKey::Fetch => {
+                        let asked: FetchRequest = request(header.request_api_version, body.clone());
+                        let at = asked.topics[0].partitions[0].current_leader_epoch;
+                        let code = match at.cmp(&epoch) {
+                            std::cmp::Ordering::Less => 74,
+                            std::cmp::Ordering::Greater => 75,
+                            std::cmp::Ordering::Equal => 0,
+                        };
+                        Some(fetched(header, body, code))
+                    }
+                    _ => None,
+                }
+            },
+        ) as crate::fake::Script
+    };
+    let broker = FakeBroker::start(script(4)).await;
+    *addr.lock().unwrap() = broker.addr.clone();
+    let mut config = ClientConfig::new([broker.addr.as_str()]);
+    config.request_timeout = Duration::from_secs(1);
+    config.max_decompressed_batch_bytes = Some(crate::DEFAULT_MAX_BATCH_BYTES);
+    let client = KafkaClient::new(config).unwrap();
+    let mut reads = client
+        .reader()
+        .tail("t", vec![0], Duration::from_millis(200));
+    let as_of = |update: krabka_coordination::cluster::Tailed| match update {
+        krabka_coordination::cluster::Tailed::Read { complete_as_of, .. } => complete_as_of,
+        _ => None,
+    };
+    let five = Duration::from_secs(5);
+    let started = Instant::now();
+    loop {
+        let update = tokio::time::timeout(five, reads.recv()).await.unwrap();
+        if as_of(update.unwrap()).is_some() {
+            break;
+        }
+        assert!(started.elapsed() < five, "never confirmed");
+    }
+    assert!(client.state().metadata().single_broker());
+
+    broker.replace_for_new_connections(script(6));
+    let moved = boot_now();
+    let mut reads_after = 0;
+    let mut fresh_again = None;
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_secs(3) {
+        let Ok(Some(update)) = tokio::time::timeout(Duration::from_millis(200), reads.recv()).await
+        else {
+            continue;
+        };
+        reads_after += 1;
+        if let Some(at) = as_of(update)
+            && at > moved
+        {
+            // Complete only under the newest epoch known: the old process
+            // refuses epoch 6, so this read is the new process's.
+            let newest = client.state().epochs().newest_epoch("t", 0);
+            assert_eq!(newest, Some(6), "a read fresh after the move at {newest:?}");
+            fresh_again.get_or_insert(since.elapsed());
+        }
+    }
+    // Fresh again only once read from the new process at its epoch.
+    let fresh_again = fresh_again.expect("never fresh again");
+    let old_polls = broker.requests(ApiKey::Fetch).len();
+    assert!(reads_after >= 3, "{reads_after} reads after the move");
+    assert!(
+        fresh_again < Duration::from_secs(2),
+        "fresh again only {fresh_again:?} after the move"
+    );
+    let sent: Vec<i32> = broker
+        .requests(ApiKey::Fetch)
+        .into_iter()
+        .map(|(v, body)| {
+            let asked: FetchRequest = request(v, body);
+            asked.topics[0].partitions[0].current_leader_epoch
+        })
+        .collect();
+    assert_eq!(sent.last(), Some(&6), "read at the new epoch: {sent:?}");
+    eprintln!(
+        "{reads_after} reads after the move ({old_polls} fetches in all); fresh again {fresh_again:?} after it"
+    );
+}

@@ -39,6 +39,10 @@ pub(crate) struct Confirmation {
     pub(crate) by: Broker,
     /// Per id of the waiter, that broker's answer.
     pub(crate) named: HashMap<String, Result<Named, KafkaError>>,
+    /// Asked on a connection opened for it, to the coordinator's own
+    /// address ([`Confirms::request_alone`]): it proves which process the
+    /// address leads to, and is no other replica's vote.
+    pub(crate) alone: bool,
 }
 
 /// The coordinator a confirming broker names for one id: the broker and,
@@ -103,6 +107,7 @@ impl Waiter {
         let _ = reply.send(match answer {
             Ok(all) => Ok(Confirmation {
                 by: all.by.clone(),
+                alone: all.alone,
                 named: self
                     .ids
                     .iter()
@@ -123,6 +128,9 @@ pub(crate) struct Request {
     pub(crate) to: Broker,
     /// Every id of its waiters, once each.
     pub(crate) ids: Vec<String>,
+    /// Sent on a connection of its own, carrying `to`'s batches too
+    /// ([`Confirms::request_alone`]).
+    pub(crate) alone: bool,
     waiters: Vec<Arc<Waiter>>,
 }
 
@@ -188,7 +196,7 @@ impl Confirms {
                 return None;
             }
             if let Some(to) = choose(brokers, &stream.waiting) {
-                return Some(stream.send(to.clone()));
+                return Some(stream.send(to.clone(), false));
             }
             let alone = stream.waiting[0].coordinator.clone();
             let error = KafkaError::Connect {
@@ -229,7 +237,22 @@ impl Confirms {
         if !stream.waiting.iter().any(|w| w.coordinator.id != to.id) {
             return None;
         }
-        Some(stream.send(to.clone()))
+        Some(stream.send(to.clone(), false))
+    }
+
+    /// On a cluster of one broker, `to`, the next request when the stream
+    /// is free and some batch waits: every waiter, `to`'s own included,
+    /// asked on a connection opened for the request. No other broker can
+    /// say which process leads, but a connection opened after the batches
+    /// were taken reaches the process the address leads to now, where the
+    /// describe's connection may still reach one replaced behind it.
+    pub(crate) fn request_alone(&self, to: &Broker) -> Option<Request> {
+        let mut stream = lock(&self.stream);
+        stream.waiting.retain(|w| w.open());
+        if stream.held() || stream.waiting.is_empty() {
+            return None;
+        }
+        Some(stream.send(to.clone(), true))
     }
 
     /// True while a waiter is not carried by any request.
@@ -301,11 +324,12 @@ impl Stream {
         self.in_flight.iter().any(|f| f.holds)
     }
 
-    /// The request to `to`: every waiter but those of `to`'s own answers.
-    fn send(&mut self, to: Broker) -> Request {
+    /// The request to `to`: every waiter but those of `to`'s own answers
+    /// (every waiter when it goes on a connection of its own, `alone`).
+    fn send(&mut self, to: Broker, alone: bool) -> Request {
         let (waiters, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
             .into_iter()
-            .partition(|w| w.coordinator.id != to.id);
+            .partition(|w| alone || w.coordinator.id != to.id);
         self.waiting = rest;
         for waiter in &waiters {
             waiter.carriers.fetch_add(1, Ordering::AcqRel);
@@ -329,6 +353,7 @@ impl Stream {
             number,
             to,
             ids,
+            alone,
             waiters,
         }
     }
@@ -371,6 +396,7 @@ mod tests {
     fn answer(request: &Request) -> Result<Confirmation, KafkaError> {
         Ok(Confirmation {
             by: request.to.clone(),
+            alone: request.alone,
             named: request
                 .ids
                 .iter()
@@ -458,6 +484,25 @@ mod tests {
         assert!(c.try_recv().is_err(), "still carried");
         confirms.done(next, Err(KafkaError::Internal("lost too".into())));
         assert!(c.try_recv().unwrap().is_err());
+    }
+
+    #[tokio::test]
+    async fn on_one_broker_a_request_alone_carries_its_own_batches_one_at_a_time() {
+        let confirms = Confirms::default();
+        let (mut a, free) = confirms.wait(&broker(1), ids(&["a"]));
+        assert!(free);
+        let first = confirms.request_alone(&broker(1)).unwrap();
+        assert!(first.alone);
+        assert_eq!(first.ids, ids(&["a"]), "its own broker's batch");
+        let (mut b, free) = confirms.wait(&broker(1), ids(&["b"]));
+        assert!(!free, "one in flight");
+        assert!(confirms.request_alone(&broker(1)).is_none());
+        let reply = answer(&first);
+        confirms.done(first, reply);
+        assert!(a.try_recv().unwrap().unwrap().alone);
+        assert!(b.try_recv().is_err(), "taken after the request was built");
+        let second = confirms.request_alone(&broker(1)).unwrap();
+        assert_eq!(second.ids, ids(&["b"]));
     }
 
     #[tokio::test]

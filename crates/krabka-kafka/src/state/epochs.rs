@@ -77,6 +77,10 @@ struct Newest {
     /// Per other broker (node id), the send instant of its latest answer
     /// naming the same leader at the same epoch.
     confirmations: BTreeMap<i32, Instant>,
+    /// The send instant of the leader's latest answer naming itself at this
+    /// epoch on a connection opened for it (a cluster of one broker): it
+    /// proves which process the address leads to, no replica's vote.
+    alone: Option<Instant>,
 }
 
 impl Newest {
@@ -90,11 +94,13 @@ impl Newest {
     /// on (`describe::quorum` has the same rule for the coordinators).
     fn confirmed(&self, min_isr: i32) -> Option<Instant> {
         let need = self.need(min_isr);
+        let identity = self.alone.filter(|_| self.replicas_needed(min_isr) == 0);
         let mut voters: Vec<Instant> = self
             .confirmations
             .iter()
             .filter(|(node, _)| self.votes(**node, min_isr))
             .map(|(_, at)| *at)
+            .chain(identity)
             .collect();
         voters.sort_unstable_by(|a, b| b.cmp(a));
         voters.get(need - 1).copied()
@@ -298,6 +304,7 @@ impl Epochs {
                                 since: now,
                                 replicas: p.replicas.clone(),
                                 confirmations,
+                                alone: None,
                             },
                         );
                     }
@@ -404,6 +411,26 @@ impl Epochs {
         newest
             .confirmed(min_isr)
             .map(|confirmed| confirmed.min(fetched))
+    }
+
+    /// Takes in that `answer`, given at the leader's own address on a
+    /// connection opened for it (sent at `sent`; `leader` is the node the
+    /// answer lists there), names that node leader: for every partition
+    /// where that is the newest leader at the newest epoch, the leader's
+    /// process is the one the address leads to (counted where no replica
+    /// besides the leader is needed: a cluster of one broker).
+    pub(crate) fn confirm_alone(&self, leader: i32, sent: Instant, answer: &MetadataAnswer) {
+        let mut inner = lock(&self.inner);
+        for (topic, meta) in &answer.topics {
+            for p in meta.partitions.iter().filter(|p| p.leader == leader) {
+                if let Some(newest) = inner.newest.get_mut(&(topic.clone(), p.index))
+                    && newest.leader == leader
+                    && newest.epoch == p.leader_epoch
+                {
+                    newest.alone = Some(newest.alone.map_or(sent, |at| at.max(sent)));
+                }
+            }
+        }
     }
 
     /// True when the newest leader of `topic`-`partition` was confirmed by
@@ -732,5 +759,51 @@ mod tests {
         assert!(epochs.unconfirmed_since("t", later, 2).is_empty());
         // RF 1 (or min.isr = RF): any other broker, for the epoch alone.
         assert_eq!(epochs.complete_as_of("t", 0, 4, later, 3), Some(later));
+    }
+
+    /// Issue 52 (2): one broker, RF 1. Its answers on its shared
+    /// connections confirm nothing; its address asked on a connection of
+    /// its own confirms the epoch it names, and only that one (a
+    /// replacement behind the address leads at a newer epoch), and never
+    /// where a replica besides the leader is needed.
+    #[tokio::test(start_paused = true)]
+    async fn on_one_broker_its_own_answer_on_a_connection_of_its_own_confirms_it() {
+        let fresh = epochs();
+        let epochs = epochs();
+        let one = |epoch: i32| {
+            let mut answer = answer(&[(0, 1, epoch)]);
+            answer.topics[0].1.partitions[0].replicas = vec![1];
+            answer
+        };
+        let addrs: HashMap<i32, String> = HashMap::from([(1, "b:1".into())]);
+        epochs.judge("b:1", Some(1), boot_now(), &mut one(4), &addrs);
+        let read = boot_now();
+        assert_eq!(
+            epochs.complete_as_of("t", 0, 4, read, 1),
+            None,
+            "its own word"
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let alone = boot_now();
+        let mut answered = one(4);
+        epochs.judge("b:1", Some(1), alone, &mut answered, &addrs);
+        epochs.confirm_alone(1, alone, &answered);
+        assert_eq!(epochs.complete_as_of("t", 0, 4, read, 1), Some(read));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let later = boot_now();
+        assert_eq!(epochs.complete_as_of("t", 0, 4, later, 1), Some(alone));
+        assert!(epochs.confirmed_within("t", 0, Duration::from_secs(2), 1));
+        // Three replicas, two of them unlisted (fenced): no replica voted.
+        let mut three = answer(&[(0, 1, 4)]);
+        three.topics[0].1.partitions[0].replicas = vec![1, 2, 3];
+        fresh.judge("b:1", Some(1), later, &mut three.clone(), &addrs);
+        fresh.confirm_alone(1, later, &three);
+        assert_eq!(fresh.complete_as_of("t", 0, 4, later, 2), None);
+        // The replacement answers at epoch 6: the old epoch is done.
+        let mut moved = one(6);
+        epochs.judge("b:1", Some(1), later, &mut moved, &addrs);
+        epochs.confirm_alone(1, later, &moved);
+        assert_eq!(epochs.complete_as_of("t", 0, 4, later, 1), None);
+        assert_eq!(epochs.complete_as_of("t", 0, 6, later, 1), Some(later));
     }
 }

@@ -104,11 +104,15 @@ pub(crate) enum Lesson<'a> {
         addr: &'a str,
         brokers: Vec<(i32, String)>,
     },
-    /// A Metadata answer of the broker at `from`, asked at `sent`.
+    /// A Metadata answer of the broker at `from`, asked at `sent`;
+    /// `alone` on a connection opened for it (a cluster of one broker:
+    /// `Confirms::request_alone`), where the leader's own answer proves
+    /// which process the address leads to.
     Metadata {
         answer: MetadataAnswer,
         from: &'a str,
         sent: Instant,
+        alone: bool,
     },
     /// The metadata of `topic` is known to be old.
     TopicStale { topic: &'a str },
@@ -213,8 +217,8 @@ impl ClusterState {
     }
 
     /// The instant a read of `topic`-`partition` under leader epoch `epoch`
-    /// sent at `fetched` is complete as of (see `epochs`); on a cluster known
-    /// to be one broker nothing can move, so `fetched`.
+    /// sent at `fetched` is complete as of (see `epochs`); on a cluster of
+    /// one broker, by the leader's answers on connections opened for them.
     pub(crate) fn complete_as_of(
         &self,
         topic: &str,
@@ -222,9 +226,6 @@ impl ClusterState {
         epoch: i32,
         fetched: Instant,
     ) -> Option<Instant> {
-        if self.metadata.single_broker() {
-            return Some(fetched);
-        }
         let min_isr = self.min_isrs.of(topic);
         self.epochs
             .complete_as_of(topic, partition, epoch, fetched, min_isr)
@@ -288,6 +289,7 @@ impl ClusterState {
                 mut answer,
                 from,
                 sent,
+                alone,
             } => {
                 self.adopt_cluster(from, answer.cluster_id.as_ref());
                 let mut addrs: HashMap<i32, String> = self.metadata.brokers();
@@ -316,6 +318,9 @@ impl ClusterState {
                         for (addr, why) in &deposed {
                             tracing::info!(broker = %addr, reason = %why, "a Kafka broker lost a partition's leadership; asking it for metadata before using it again");
                             self.stale(addr);
+                        }
+                        if alone && let Some(id) = from_id {
+                            self.epochs.confirm_alone(id, sent, &answer);
                         }
                         self.metadata.record(answer);
                     }

@@ -35,6 +35,7 @@ fn learn_metadata(state: &ClusterState, from: &str, answer: MetadataAnswer) {
         answer,
         from,
         sent: krabka_coordination::time::boot_now(),
+        alone: false,
     });
 }
 
