@@ -78,6 +78,7 @@
 //! ```
 
 mod answer;
+mod clock;
 mod guard;
 mod memory;
 #[cfg(test)]

@@ -21,9 +21,11 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use krabka_authority_types::FencingToken;
+
+use crate::clock::boot_now;
 
 /// What an entry weighs besides its strings: the key and value structs in
 /// the table (about 100 bytes with the control byte) and the allocator's
@@ -48,8 +50,9 @@ fn weight(key: &Key, seen: &Remembered) -> u64 {
 #[derive(Debug, Default)]
 struct Table {
     /// The cluster the entries speak for, and when a verdict last named it
-    /// (`None` for the instant: distrusted until the next verdict).
-    cluster: Option<(String, Option<Instant>)>,
+    /// on the boot clock (`None` for the instant: distrusted until the next
+    /// verdict).
+    cluster: Option<(String, Option<Duration>)>,
     entries: HashMap<Key, Remembered>,
     bytes: u64,
 }
@@ -81,7 +84,7 @@ impl SupersededMemory {
     pub(crate) fn get(&self, role: &str, token: FencingToken) -> Option<(Remembered, String)> {
         let table = self.table();
         let (cluster, named) = table.cluster.as_ref()?;
-        if named.is_none_or(|at| at.elapsed() > self.trust) {
+        if named.is_none_or(|at| boot_now().saturating_sub(at) > self.trust) {
             return None;
         }
         // The key is built only to look up; roles are short in practice.
@@ -94,11 +97,11 @@ impl SupersededMemory {
     pub(crate) fn named(&self, cluster: &str) {
         let mut table = self.table();
         match &mut table.cluster {
-            Some((known, at)) if known == cluster => *at = Some(Instant::now()),
+            Some((known, at)) if known == cluster => *at = Some(boot_now()),
             _ => {
                 table.entries.clear();
                 table.bytes = 0;
-                table.cluster = Some((cluster.to_owned(), Some(Instant::now())));
+                table.cluster = Some((cluster.to_owned(), Some(boot_now())));
             }
         }
     }

@@ -231,6 +231,25 @@ async fn the_memory_of_one_cluster_never_refuses_a_token_of_another() {
     assert_eq!(hits.load(Ordering::SeqCst), before + 1);
 }
 
+/// Issue 52 (6): the trust window counts the time the host was suspended
+/// (a VM paused, a laptop asleep), which `Instant` (CLOCK_MONOTONIC) does
+/// not: after a suspend longer than the window, the memory asks again.
+#[tokio::test]
+async fn a_suspend_longer_than_the_trust_window_ends_the_memorys_trust() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let client = client(&serve(fake_service(hits.clone())).await);
+    client.check("orders", t("1:0")).await;
+    let again = client.check("orders", t("1:0")).await;
+    assert!(again.decision().is_some_and(|d| d.remembered), "{again:?}");
+    clock::simulate_suspend(DEFAULT_SUPERSEDED_MEMORY_TRUST + Duration::from_secs(50));
+    let woken = client.check("orders", t("1:0")).await;
+    assert!(
+        woken.decision().is_some_and(|d| !d.remembered),
+        "asked again after the suspend: {woken:?}"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+}
+
 #[tokio::test]
 async fn a_503_is_retried_after_retry_after_within_the_deadline_then_undecided() {
     let hits = Arc::new(AtomicUsize::new(0));
