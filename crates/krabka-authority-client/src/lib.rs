@@ -21,13 +21,15 @@
 //!   role's next one may be lower or higher).
 //!
 //! The memory of superseded verdicts is tied to the Kafka cluster the
-//! service's verdicts name ([`Decision::cluster`]): it answers only while
-//! the service's latest verdict, within
-//! [`AuthorityClientBuilder::superseded_memory_trust`] (10 s by default),
-//! named the same cluster and no check came back undecided since; a
-//! verdict naming another cluster (one rebuilt behind the service, which
-//! mints low pairs again) clears it. It is bounded by bytes
-//! ([`AuthorityClientBuilder::superseded_memory`], 1 MiB by default): an
+//! service's verdicts name ([`Decision::cluster`]): it answers only within
+//! [`AuthorityClientBuilder::superseded_memory_trust`] (10 s by default) of
+//! a fresh verdict naming the same cluster (the service asked the
+//! coordinator for it: not [`Decision::cached`]), counted from when that
+//! request was sent on a clock that counts the time the host was
+//! suspended (Linux's `CLOCK_BOOTTIME`), and while no check came back
+//! undecided since; a verdict naming another cluster (one rebuilt behind
+//! the service, which mints low pairs again) clears it. It is bounded by
+//! bytes ([`AuthorityClientBuilder::superseded_memory`], 1 MiB by default): an
 //! entry weighs its role's length plus about 225 bytes (200 for the table
 //! slot and the allocations, the rest the instant kept), so the default
 //! holds about 4,000 entries of short role names. When full, half of it is
@@ -215,10 +217,11 @@ impl AuthorityClientBuilder {
         self
     }
 
-    /// How long after the service's latest verdict naming a cluster the
-    /// memory answers for that cluster (default 10 s): a cluster rebuilt
-    /// behind the service meanwhile is noticed at the next verdict, or at
-    /// the latest this long after the last one.
+    /// How long after sending the request of the service's latest fresh
+    /// verdict naming a cluster (not one from its cache) the memory answers
+    /// for that cluster, suspends of the host included (default 10 s): a
+    /// cluster rebuilt behind the service meanwhile is noticed at the next
+    /// verdict, or at the latest this long after the last one was asked.
     pub fn superseded_memory_trust(mut self, trust: Duration) -> Self {
         self.superseded_memory_trust = trust;
         self
@@ -416,9 +419,10 @@ impl AuthorityClient {
                 return Outcome::Undecided(Undecided::Timeout(budget));
             }
             attempts += 1;
+            let asked_at = clock::boot_now();
             match self.attempt(role, token, remaining).await {
                 Attempt::Done(outcome) => {
-                    self.learn(&outcome).await;
+                    self.learn(&outcome, asked_at).await;
                     return outcome;
                 }
                 Attempt::Busy {
@@ -531,6 +535,7 @@ impl AuthorityClient {
             }
             attempts += 1;
             let chunks = self.chunks(items, &pending);
+            let asked_at = clock::boot_now();
             let answers = futures_util::future::join_all(
                 chunks
                     .iter()
@@ -543,7 +548,7 @@ impl AuthorityClient {
                     match result {
                         Ok(outcome) => {
                             decided |= outcome.decision().is_some();
-                            self.learn(&outcome).await;
+                            self.learn(&outcome, asked_at).await;
                             outcomes[i] = Some(outcome);
                         }
                         Err((detail, retry_after)) => busy.push((i, detail, retry_after)),
@@ -723,17 +728,21 @@ impl AuthorityClient {
         })
     }
 
-    /// Learns from an outcome the service gave: the cluster a verdict
-    /// speaks for, a superseded verdict that holds for good; an undecided
-    /// check distrusts the memory until the next verdict.
-    async fn learn(&self, outcome: &Outcome) {
+    /// Learns from an outcome the service gave to a request sent at
+    /// `asked_at` (boot clock): the cluster a verdict speaks for, a
+    /// superseded verdict that holds for good; an undecided check distrusts
+    /// the memory until the next verdict.
+    async fn learn(&self, outcome: &Outcome, asked_at: Duration) {
         let memory = &self.inner.superseded;
         let decision = match outcome {
             Outcome::Decided(decision) if !decision.remembered => decision,
             Outcome::Undecided(_) => return memory.distrust(),
             _ => return,
         };
-        memory.named(&decision.cluster);
+        // A fresh verdict: the coordinator was asked after the request was
+        // sent, so the window counts from then. A cached one carries no
+        // word of a known age (see the memory): it renews nothing.
+        memory.named(&decision.cluster, (!decision.cached).then_some(asked_at));
         if let Some(by) = decision
             .superseded_by
             .as_ref()

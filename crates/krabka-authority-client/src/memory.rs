@@ -8,10 +8,20 @@
 //! and a cluster rebuilt behind the same addresses mints low pairs again
 //! (0:0, 0:1), so a verdict of one cluster says nothing of another. The
 //! memory keeps the verdicts of the cluster the service named last, and
-//! answers only while that is recent: the service's latest verdict named
-//! the same cluster within the trust window, and no check since came back
-//! undecided (a 503 is what a cluster going away looks like). A verdict
-//! naming another cluster clears it.
+//! answers only while that is recent: the service asked that cluster's
+//! coordinator for a verdict within the trust window, and no check came
+//! back undecided since (a 503 is what a cluster going away looks like). A
+//! verdict naming another cluster clears it.
+//!
+//! The window counts from when the service's word could at the earliest
+//! have been taken, never from when it arrived: from the moment the request
+//! of a fresh verdict was sent (the service asks the coordinator after a
+//! request arrives), on the boot clock ([`crate::clock`]), so neither a
+//! slow answer nor a suspended host stretches it. A verdict from the
+//! service's cache renews nothing: the service serves it while a broker of
+//! the cluster answered within the last second or so, and the wire does not
+//! say when (`checkedAt` is when the cache was read, `supersededBy.seenAt`
+//! when the pair was first seen).
 //!
 //! Bounded by bytes, counting each entry's strings and a fixed overhead for
 //! the rest (the table slot, the allocations' headers). When an insert
@@ -49,16 +59,20 @@ fn weight(key: &Key, seen: &Remembered) -> u64 {
 
 #[derive(Debug, Default)]
 struct Table {
-    /// The cluster the entries speak for, and when a verdict last named it
-    /// on the boot clock (`None` for the instant: distrusted until the next
-    /// verdict).
+    /// The cluster the entries speak for, and since when on the boot clock
+    /// a fresh verdict backs it (its request's sending; `None`: distrusted
+    /// until the next).
     cluster: Option<(String, Option<Duration>)>,
+    /// When a check last came back undecided, on the boot clock: a verdict
+    /// asked before then (in flight meanwhile) backs nothing after it.
+    distrusted: Option<Duration>,
     entries: HashMap<Key, Remembered>,
     bytes: u64,
 }
 
 /// Superseded verdicts by (role, token) of one cluster, at most
-/// `max_bytes` as weighed, answered within `trust` of a verdict naming it.
+/// `max_bytes` as weighed, answered within `trust` of the request of a
+/// fresh verdict naming it.
 #[derive(Debug)]
 pub(crate) struct SupersededMemory {
     table: Mutex<Table>,
@@ -92,24 +106,36 @@ impl SupersededMemory {
         Some((seen, cluster.clone()))
     }
 
-    /// The service reached a verdict that speaks for `cluster`: another
-    /// cluster's verdicts are forgotten, this one's trusted from now.
-    pub(crate) fn named(&self, cluster: &str) {
+    /// The service reached a verdict that speaks for `cluster`, asked at
+    /// `asked_at` on the boot clock (`None`: from the service's cache, of
+    /// no known age): another cluster's verdicts are forgotten, this one's
+    /// trusted from `asked_at`, unless a check came back undecided since.
+    pub(crate) fn named(&self, cluster: &str, asked_at: Option<Duration>) {
         let mut table = self.table();
+        let distrusted = table.distrusted;
+        let backs = asked_at.filter(|at| distrusted.is_none_or(|d| *at > d));
         match &mut table.cluster {
-            Some((known, at)) if known == cluster => *at = Some(boot_now()),
+            Some((known, at)) if known == cluster => {
+                // The latest backing wins: an answer that arrives after a
+                // later-sent one does not pull the window back.
+                if backs.is_some() {
+                    *at = (*at).max(backs);
+                }
+            }
             _ => {
                 table.entries.clear();
                 table.bytes = 0;
-                table.cluster = Some((cluster.to_owned(), Some(boot_now())));
+                table.cluster = Some((cluster.to_owned(), backs));
             }
         }
     }
 
     /// A check came back undecided: nothing is answered from memory until
-    /// the service names its cluster again.
+    /// the service names its cluster again in a verdict asked after now.
     pub(crate) fn distrust(&self) {
-        if let Some((_, at)) = &mut self.table().cluster {
+        let mut table = self.table();
+        table.distrusted = Some(boot_now());
+        if let Some((_, at)) = &mut table.cluster {
             *at = None;
         }
     }
@@ -178,7 +204,7 @@ mod tests {
     fn the_weight_never_passes_the_bound_and_half_is_freed_when_full() {
         let bound = 10_000;
         let memory = SupersededMemory::new(bound, TRUST);
-        memory.named("c");
+        memory.named("c", Some(boot_now()));
         let token = FencingToken::new(1, 0).expect("a token");
         let mut most = 0;
         for i in 0..1_000 {
@@ -200,7 +226,7 @@ mod tests {
     #[test]
     fn an_entry_over_the_whole_bound_is_not_kept_and_a_repeat_is_counted_once() {
         let memory = SupersededMemory::new(1_000, TRUST);
-        memory.named("c");
+        memory.named("c", Some(boot_now()));
         let token = FencingToken::new(1, 0).expect("a token");
         memory.insert("c", "r".repeat(2_000), token, seen());
         assert_eq!(memory.usage(), (0, 0));
@@ -219,16 +245,16 @@ mod tests {
         let token = FencingToken::new(0, 0).expect("a token");
         memory.insert("a", "r".into(), token, seen());
         assert_eq!(memory.usage().0, 0, "no cluster named yet: nothing kept");
-        memory.named("a");
+        memory.named("a", Some(boot_now()));
         memory.insert("a", "r".into(), token, seen());
         assert_eq!(memory.get("r", token).map(|(_, c)| c).as_deref(), Some("a"));
         memory.distrust();
         assert!(memory.get("r", token).is_none(), "undecided since");
-        memory.named("a");
+        memory.named("a", Some(boot_now()));
         assert!(memory.get("r", token).is_some(), "named again");
-        std::thread::sleep(Duration::from_millis(60));
+        crate::clock::simulate_suspend(Duration::from_millis(60));
         assert!(memory.get("r", token).is_none(), "not named lately");
-        memory.named("b");
+        memory.named("b", Some(boot_now()));
         assert_eq!(memory.usage().0, 0, "another cluster: forgotten");
         assert!(memory.get("r", token).is_none());
         memory.insert("a", "r".into(), token, seen());
@@ -237,5 +263,34 @@ mod tests {
             0,
             "a late verdict of the old cluster is not kept"
         );
+    }
+
+    /// Issue 52 (6): trust rests on a word of the coordinator asked for
+    /// after the latest undecided check; neither a cached verdict nor one
+    /// whose request was in flight across a 503 restores it, and a window
+    /// counts from the request's sending.
+    #[test]
+    fn only_a_verdict_asked_after_the_latest_undecided_check_restores_trust() {
+        use crate::clock::simulate_suspend;
+        let memory = SupersededMemory::new(10_000, TRUST);
+        let token = FencingToken::new(0, 0).expect("a token");
+        memory.named("c", Some(boot_now()));
+        memory.insert("c", "r".into(), token, seen());
+        let in_flight = boot_now();
+        simulate_suspend(Duration::from_millis(1));
+        memory.distrust();
+        simulate_suspend(Duration::from_millis(1));
+        memory.named("c", Some(in_flight));
+        assert!(memory.get("r", token).is_none(), "asked before the 503");
+        memory.named("c", None);
+        assert!(memory.get("r", token).is_none(), "a cached verdict");
+        memory.named("c", Some(boot_now()));
+        assert!(memory.get("r", token).is_some(), "asked after the 503");
+        // Arriving late, an earlier request does not pull the window back.
+        memory.named("c", Some(in_flight));
+        simulate_suspend(TRUST - Duration::from_millis(500));
+        assert!(memory.get("r", token).is_some(), "within the window");
+        simulate_suspend(Duration::from_secs(1));
+        assert!(memory.get("r", token).is_none(), "past it");
     }
 }

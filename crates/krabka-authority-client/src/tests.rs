@@ -250,6 +250,84 @@ async fn a_suspend_longer_than_the_trust_window_ends_the_memorys_trust() {
     assert_eq!(hits.load(Ordering::SeqCst), 2);
 }
 
+/// A fake single check of token `1:0`, superseded by `1:1` in cluster c1:
+/// fresh for role `orders`; from the service's cache for `billing`; fresh
+/// for `slow` but 6 s in coming (the host's boot clock moves while the
+/// service answers, as it would in a slow describe). Counts requests.
+fn aged_service(hits: Arc<AtomicUsize>) -> Router {
+    Router::new().route(
+        "/roles/{role}/authority",
+        get(
+            move |Path(role): Path<String>, Query(q): Query<TokenQuery>| {
+                let hits = hits.clone();
+                async move {
+                    hits.fetch_add(1, Ordering::SeqCst);
+                    let mut body = answer(&role, &q.token, "superseded", Some("1:1"));
+                    match role.as_str() {
+                        "billing" => {
+                            body["cached"] = json!(true);
+                            body["current"] = Value::Null;
+                            body["state"] = Value::Null;
+                        }
+                        "slow" => clock::simulate_suspend(Duration::from_secs(6)),
+                        _ => {}
+                    }
+                    reply(409, body)
+                }
+            },
+        ),
+    )
+}
+
+/// Issue 52 (6): a verdict from the service's cache says the service was
+/// in contact with the cluster lately, not when (the wire has no such
+/// age): it must not renew the memory's window, which stays counted from
+/// the last verdict the coordinator was asked for.
+#[tokio::test]
+async fn a_cached_verdict_does_not_renew_the_memorys_trust() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let client = client(&serve(aged_service(hits.clone())).await);
+    let remembered = |outcome: &Outcome| outcome.decision().is_some_and(|d| d.remembered);
+    assert!(!remembered(&client.check("orders", t("1:0")).await));
+    clock::simulate_suspend(Duration::from_secs(6));
+    let cached = client.check("billing", t("1:0")).await;
+    assert!(
+        cached.decision().is_some_and(|d| d.cached && !d.remembered),
+        "{cached:?}"
+    );
+    assert!(
+        remembered(&client.check("orders", t("1:0")).await),
+        "within 10 s of the fresh verdict"
+    );
+    clock::simulate_suspend(Duration::from_secs(6));
+    let after = client.check("orders", t("1:0")).await;
+    assert!(
+        after.decision().is_some_and(|d| !d.remembered),
+        "12 s after the fresh verdict was asked, 6 s after the cached one: asked again: {after:?}"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+}
+
+/// Issue 52 (6): the window counts from when the request was sent (the
+/// coordinator was asked after that), not from when the answer came: an
+/// answer 6 s in coming leaves 4 s of the 10, not 10.
+#[tokio::test]
+async fn the_memorys_trust_counts_from_the_request_not_the_answer() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let client = client(&serve(aged_service(hits.clone())).await);
+    let first = client.check("slow", t("1:0")).await;
+    assert!(first.decision().is_some_and(|d| !d.remembered), "{first:?}");
+    let again = client.check("slow", t("1:0")).await;
+    assert!(again.decision().is_some_and(|d| d.remembered), "{again:?}");
+    clock::simulate_suspend(Duration::from_secs(6));
+    let after = client.check("slow", t("1:0")).await;
+    assert!(
+        after.decision().is_some_and(|d| !d.remembered),
+        "12 s after the request, 6 s after the answer: asked again: {after:?}"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 2);
+}
+
 #[tokio::test]
 async fn a_503_is_retried_after_retry_after_within_the_deadline_then_undecided() {
     let hits = Arc::new(AtomicUsize::new(0));
