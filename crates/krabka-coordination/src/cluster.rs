@@ -98,10 +98,33 @@ pub struct TlsStatus {
     pub refused: u64,
 }
 
-/// The lowest epoch an answer may carry for a role under a producer id:
-/// the highest seen so far under that id (Kafka orders the epochs of one
-/// producer id, and nothing across producer ids).
-pub type Floor<'a> = &'a (dyn Fn(&str, i64) -> Option<i16> + Sync);
+/// What the answers seen so far allow of a role's pair under one producer
+/// id (Kafka orders the epochs of one producer id, and nothing across
+/// producer ids; but a producer id never comes back to a role once another
+/// replaced it: a new one is drawn from the controller's blocks, never an
+/// old one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lowest {
+    /// The highest epoch seen under it: an answer below it is stale.
+    Epoch(i16),
+    /// Another producer id of the role was current after this one was:
+    /// every answer naming it is stale.
+    Retired,
+}
+
+impl Lowest {
+    /// Whether an answer at `epoch` under this producer id is stale.
+    pub fn refuses(self, epoch: i16) -> bool {
+        match self {
+            Lowest::Epoch(seen) => epoch < seen,
+            Lowest::Retired => true,
+        }
+    }
+}
+
+/// What an answer may carry for a role under a producer id ([`Lowest`]),
+/// `None` when nothing was seen under it.
+pub type Floor<'a> = &'a (dyn Fn(&str, i64) -> Option<Lowest> + Sync);
 
 /// What the service asks of a cluster.
 pub trait Cluster: Send + Sync + std::fmt::Debug + 'static {

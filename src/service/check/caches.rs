@@ -13,7 +13,12 @@
 //!   with an earlier epoch of one of them comes from a stale coordinator
 //!   (it paused and came back), and is not used; a token of one of them
 //!   that is not the current pair's is over for good (a producer id never
-//!   comes back to a role once it left). Lease records in the topic, which
+//!   comes back to a role once it left). And a producer id is retired once
+//!   another one was seen in an answer asked after an answer naming it
+//!   came back: every answer naming it after that comes from a stale
+//!   coordinator. Asked after, not raised after: answers are taken in in
+//!   the order their callers get to it, which a slow check reorders, so
+//!   each id keeps when it was asked (the describe call's start and end). Lease records in the topic, which
 //!   any member writes as it likes, are not taken in. Losing an entry
 //!   (evicted) may cost a retry the mark would have caused, or call a token
 //!   `unknown` that would have been `superseded`, never a wrong answer: the
@@ -29,8 +34,10 @@
 use std::sync::{Arc, RwLock};
 
 use moka::sync::Cache;
+use tokio::time::Instant;
 
 use crate::bounded::{BoundedMap, HeapSize, MOKA_ENTRY_BYTES, allocated};
+use crate::cluster::Lowest;
 use crate::coordination::FencingToken;
 use crate::sync::{read, write};
 
@@ -52,30 +59,101 @@ pub struct SupersededBy {
 /// How many of a role's producer ids are remembered.
 const HELD_IDS: usize = 4;
 
+/// When a coordinator's confirmed answer was asked for, on the boot clock
+/// (`time::boot_now`): the describe call began and ended; the pair it named
+/// was current at an instant between them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Asked {
+    /// Before the call's requests were sent.
+    pub began: Instant,
+    /// After its answer came back.
+    pub ended: Instant,
+}
+
+/// One producer id a role held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct HeldId {
+    id: i64,
+    /// The highest epoch seen under it.
+    epoch: i16,
+    /// The latest start of a call whose answer named it (as of the last
+    /// write: a later answer with no new epoch is not written).
+    began: Instant,
+    /// The end of the first call whose answer named it: the earliest the
+    /// id is known to have been current by.
+    ended: Instant,
+}
+
 /// The producer ids a role was seen to hold, each with the highest epoch
 /// seen under it, the most recently raised first.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Held([Option<(i64, i16)>; HELD_IDS]);
+pub struct Held([Option<HeldId>; HELD_IDS]);
 
 impl Held {
     /// The highest epoch seen under `producer_id`, if it was seen.
     pub fn epoch_of(&self, producer_id: i64) -> Option<i16> {
-        self.0
-            .iter()
-            .flatten()
-            .find_map(|(id, epoch)| (*id == producer_id).then_some(*epoch))
+        self.get(producer_id).map(|h| h.epoch)
     }
 
-    /// `pair` seen: its producer id first, with the higher epoch; the
-    /// oldest id dropped when full.
-    fn raise(&mut self, pair: FencingToken) {
+    /// What an answer naming `producer_id` may carry: retired when another
+    /// id was asked after an answer naming this one ended (the other was
+    /// current later, and ids never come back); else the highest epoch seen.
+    pub fn lowest(&self, producer_id: i64) -> Option<Lowest> {
+        let held = self.get(producer_id)?;
+        let later = self
+            .0
+            .iter()
+            .flatten()
+            .any(|other| other.id != producer_id && other.began > held.ended);
+        Some(if later {
+            Lowest::Retired
+        } else {
+            Lowest::Epoch(held.epoch)
+        })
+    }
+
+    /// Whether raising `pair`, `asked` then, would change what the marks
+    /// refuse: not when its id is the newest at that epoch or higher and
+    /// the later start would retire no id that is not retired already.
+    fn would_change(&self, pair: FencingToken, asked: Asked) -> bool {
+        let Some(newest) = self.0[0] else {
+            return true;
+        };
+        let retires_more = asked.began > newest.began
+            && self
+                .0
+                .iter()
+                .flatten()
+                .any(|o| o.id != newest.id && o.ended >= newest.began && o.ended < asked.began);
+        newest.id != pair.producer_id() || newest.epoch < pair.producer_epoch() || retires_more
+    }
+
+    fn get(&self, producer_id: i64) -> Option<&HeldId> {
+        self.0.iter().flatten().find(|h| h.id == producer_id)
+    }
+
+    /// `pair` seen in an answer `asked` then: its producer id first, with
+    /// the higher epoch and the later start; the oldest id dropped when
+    /// full.
+    fn raise(&mut self, pair: FencingToken, asked: Asked) {
         let id = pair.producer_id();
-        let epoch = self
-            .epoch_of(id)
-            .map_or(pair.producer_epoch(), |e| e.max(pair.producer_epoch()));
+        let held = match self.get(id) {
+            Some(h) => HeldId {
+                id,
+                epoch: h.epoch.max(pair.producer_epoch()),
+                began: h.began.max(asked.began),
+                ended: h.ended.min(asked.ended),
+            },
+            None => HeldId {
+                id,
+                epoch: pair.producer_epoch(),
+                began: asked.began,
+                ended: asked.ended,
+            },
+        };
         let mut next = [None; HELD_IDS];
-        next[0] = Some((id, epoch));
-        let rest = self.0.iter().flatten().filter(|(other, _)| *other != id);
+        next[0] = Some(held);
+        let rest = self.0.iter().flatten().filter(|h| h.id != id);
         for (slot, seen) in next[1..].iter_mut().zip(rest) {
             *slot = Some(*seen);
         }
@@ -171,25 +249,26 @@ impl Caches {
         self.held.get(role)
     }
 
-    /// Takes in that a confirmed answer of `cluster` named `pair` current
-    /// for `role`; nothing when another cluster is the current one (the
-    /// answer was in flight across the change). Under the cluster's read
-    /// lock: a change, which clears the marks, waits for it.
-    pub fn raise(&self, cluster: &ClusterId, role: &str, pair: FencingToken) {
+    /// Takes in that a confirmed answer of `cluster`, `asked` then, named
+    /// `pair` current for `role`; nothing when another cluster is the
+    /// current one (the answer was in flight across the change). Under the
+    /// cluster's read lock: a change, which clears the marks, waits for it.
+    pub fn raise(&self, cluster: &ClusterId, role: &str, pair: FencingToken, asked: Asked) {
         let current = read(&self.cluster);
         if current.as_deref() != Some(&**cluster) {
             return;
         }
         // Most checks see the pair they raised before: a read, no write.
-        let newest = self.held.get(role).and_then(|h| h.0[0]);
-        if newest
-            .is_some_and(|(id, epoch)| id == pair.producer_id() && epoch >= pair.producer_epoch())
+        if self
+            .held
+            .get(role)
+            .is_some_and(|h| !h.would_change(pair, asked))
         {
             return;
         }
         self.held.update(role, |held| {
             let mut held = held.copied().unwrap_or_default();
-            held.raise(pair);
+            held.raise(pair, asked);
             Some(held)
         });
     }
@@ -212,24 +291,67 @@ impl Caches {
 mod tests {
     use super::*;
     use crate::testkit::t;
+    use crate::time::boot_now;
+    use std::time::Duration;
+
+    /// Asked now, answered at once.
+    fn asked() -> Asked {
+        let now = boot_now();
+        Asked {
+            began: now,
+            ended: now,
+        }
+    }
+
+    /// Issue 52 (6): a role's producer id 5 is replaced by 7 (its epochs
+    /// ran out, or its transactional id expired). A check asked before the
+    /// rotation that was slow to come back is taken in after a check of
+    /// the new id: the order of raising is not the order of the answers.
+    /// Id 5 is retired once 7 was asked after an answer naming 5 ended,
+    /// whatever the order of raising; and not by a call that overlapped it.
+    #[test]
+    fn a_producer_id_is_retired_by_an_answer_asked_after_it_not_raised_after_it() {
+        let caches = Caches::new(10, 1 << 20);
+        let c = caches.cluster(Some("c1".into())).unwrap();
+        let t0 = boot_now();
+        let at = |from: u64, to: u64| Asked {
+            began: t0 + Duration::from_millis(from),
+            ended: t0 + Duration::from_millis(to),
+        };
+        // The slow check of 5 began first and overlaps the one of 7.
+        caches.raise(&c, "r", t(5, 3), at(0, 50));
+        caches.raise(&c, "r", t(7, 0), at(10, 20));
+        let held = caches.held(&c, "r").unwrap();
+        assert_eq!(held.lowest(5), Some(Lowest::Epoch(3)), "overlapping calls");
+        assert_eq!(held.lowest(7), Some(Lowest::Epoch(0)));
+        // 7 asked after 5's answer ended: 5 is done, though raised last.
+        caches.raise(&c, "r", t(7, 0), at(60, 70));
+        caches.raise(&c, "r", t(5, 3), at(1, 80));
+        let held = caches.held(&c, "r").unwrap();
+        assert_eq!(held.lowest(5), Some(Lowest::Retired));
+        assert_eq!(held.lowest(7), Some(Lowest::Epoch(0)), "the newest stays");
+        assert_eq!(held.lowest(9), None, "an id never seen: Kafka orders none");
+        assert!(Lowest::Retired.refuses(i16::MAX));
+        assert!(!Lowest::Epoch(3).refuses(3) && Lowest::Epoch(3).refuses(2));
+    }
 
     #[test]
     fn each_producer_id_keeps_its_highest_epoch_the_last_few_ids_only() {
         let caches = Caches::new(10, 1 << 20);
         let c = caches.cluster(Some("c1".into())).unwrap();
         assert_eq!(caches.held(&c, "r"), None);
-        caches.raise(&c, "r", t(5, 2));
-        caches.raise(&c, "r", t(5, 1));
+        caches.raise(&c, "r", t(5, 2), asked());
+        caches.raise(&c, "r", t(5, 1), asked());
         let held = caches.held(&c, "r").unwrap();
         assert_eq!(held.epoch_of(5), Some(2));
         // The id went down (another broker's block): both are held.
-        caches.raise(&c, "r", t(1, 0));
+        caches.raise(&c, "r", t(1, 0), asked());
         let held = caches.held(&c, "r").unwrap();
         assert_eq!((held.epoch_of(5), held.epoch_of(1)), (Some(2), Some(0)));
-        caches.raise(&c, "r", t(5, 3));
+        caches.raise(&c, "r", t(5, 3), asked());
         assert_eq!(caches.held(&c, "r").unwrap().epoch_of(5), Some(3));
         for id in 10..14 {
-            caches.raise(&c, "r", t(id, 0));
+            caches.raise(&c, "r", t(id, 0), asked());
         }
         let held = caches.held(&c, "r").unwrap();
         assert_eq!(held.epoch_of(5), None, "the oldest dropped");
@@ -241,7 +363,7 @@ mod tests {
     fn another_cluster_id_forgets_everything() {
         let caches = Caches::new(10_000, 1 << 20);
         let c1 = caches.cluster(Some("c1".into())).unwrap();
-        caches.raise(&c1, "r", t(5, 2));
+        caches.raise(&c1, "r", t(5, 2), asked());
         let by = SupersededBy {
             pair: t(5, 2),
             seen_at_ms: 0,
@@ -271,7 +393,7 @@ mod tests {
             let c = caches.cluster(Some("c".into())).unwrap();
             for i in 0..count {
                 let role = format!("{i:0>len$}");
-                caches.raise(&c, &role, t(1, 0));
+                caches.raise(&c, &role, t(1, 0), asked());
                 caches.remember_superseded(&c, &role, t(1, 0), by);
                 if i % 1000 == 0 {
                     let (superseded, held) = caches.bytes();

@@ -17,11 +17,11 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-pub use caches::{Caches, Held, SupersededBy};
+pub use caches::{Asked, Caches, Held, SupersededBy};
 
-use crate::cluster::{Cluster, ClusterError, Described};
+use crate::cluster::{Cluster, ClusterError, Described, Lowest};
 use crate::coordination::{FencingToken, Verdict, superseded_for_good, verdict};
-use crate::time::{Clock, Rfc3339Ms};
+use crate::time::{Clock, Rfc3339Ms, boot_now};
 use caches::ClusterId;
 use krabka_authority_types::Sighting;
 
@@ -58,24 +58,24 @@ impl Checker {
         &self.caches
     }
 
-    /// Takes in a pair a confirmed coordinator answer of `cluster` named
-    /// current for `role` elsewhere (the coordinator poller): nothing when
-    /// another cluster answers now (the answer was in flight across the
-    /// change, and its epochs would be a floor for the new cluster's pairs
-    /// of the same producer id).
-    pub fn observe(&self, cluster: &str, role: &str, pair: FencingToken) {
+    /// Takes in a pair a confirmed coordinator answer of `cluster`,
+    /// `asked` then, named current for `role` elsewhere (the coordinator
+    /// poller): nothing when another cluster answers now (the answer was
+    /// in flight across the change, and its epochs would be a floor for the
+    /// new cluster's pairs of the same producer id).
+    pub fn observe(&self, cluster: &str, role: &str, pair: FencingToken, asked: Asked) {
         if let Some(current) = self.caches.cluster(self.cluster.cluster_id())
             && *current == *cluster
         {
-            self.caches.raise(&current, role, pair);
+            self.caches.raise(&current, role, pair, asked);
         }
     }
 
-    /// The highest epoch seen for `role` under `producer_id`, while the
-    /// cluster is still the one in contact: an answer below it is stale.
-    pub fn floor(&self, role: &str, producer_id: i64) -> Option<i16> {
+    /// What an answer for `role` under `producer_id` may carry, while the
+    /// cluster is still the one in contact (`caches`).
+    pub fn floor(&self, role: &str, producer_id: i64) -> Option<Lowest> {
         let cluster = self.caches.cluster(self.cluster.cluster_id())?;
-        self.caches.held(&cluster, role)?.epoch_of(producer_id)
+        self.caches.held(&cluster, role)?.lowest(producer_id)
     }
 
     /// Checks one token of one role.
@@ -91,7 +91,12 @@ impl Checker {
             return Ok(hit);
         }
         let floor = |role: &str, id: i64| self.floor_of(cluster.as_ref(), role, id);
+        let began = boot_now();
         let described = self.cluster.describe_role(role, &floor, deadline).await?;
+        let asked = Asked {
+            began,
+            ended: boot_now(),
+        };
         let checked_at_ms = self.clock.now_ms();
         let (label, cache) = self.answered_for(changes)?;
         Ok(self.judge(
@@ -100,7 +105,7 @@ impl Checker {
             role,
             token,
             described,
-            checked_at_ms,
+            (checked_at_ms, asked),
         ))
     }
 
@@ -126,11 +131,16 @@ impl Checker {
             .collect();
         roles.sort_unstable();
         roles.dedup();
+        let began = boot_now();
         let described: HashMap<String, Result<Described, ClusterError>> = if roles.is_empty() {
             HashMap::new()
         } else {
             let floor = |role: &str, id: i64| self.floor_of(cluster.as_ref(), role, id);
             self.cluster.describe(&roles, &floor, deadline).await
+        };
+        let asked = Asked {
+            began,
+            ended: boot_now(),
         };
         let checked_at_ms = self.clock.now_ms();
         let cluster = self.answered_for(changes);
@@ -144,7 +154,8 @@ impl Checker {
                 .unwrap_or_else(|| Err(ClusterError::Internal(format!("no answer for {role:?}"))))
                 .and_then(|d| {
                     let (label, cache) = cluster.clone()?;
-                    Ok(self.judge(&label, cache.as_ref(), role, *token, d, checked_at_ms))
+                    let at = (checked_at_ms, asked);
+                    Ok(self.judge(&label, cache.as_ref(), role, *token, d, at))
                 });
             *answer = Some(result);
         }
@@ -181,12 +192,17 @@ impl Checker {
         })
     }
 
-    /// The highest epoch seen for `role` under `producer_id` in `cluster`,
-    /// while the cluster is still the one in contact: the old cluster's
-    /// marks say nothing of another one's pairs.
-    fn floor_of(&self, cluster: Option<&ClusterId>, role: &str, producer_id: i64) -> Option<i16> {
+    /// What an answer for `role` under `producer_id` may carry in
+    /// `cluster`, while the cluster is still the one in contact: the old
+    /// cluster's marks say nothing of another one's pairs.
+    fn floor_of(
+        &self,
+        cluster: Option<&ClusterId>,
+        role: &str,
+        producer_id: i64,
+    ) -> Option<Lowest> {
         let cluster = cluster.filter(|c| self.cluster.cluster_id().as_ref() == Some(*c))?;
-        self.caches.held(cluster, role)?.epoch_of(producer_id)
+        self.caches.held(cluster, role)?.lowest(producer_id)
     }
 
     /// The cluster an answer begun when the cluster id had changed
@@ -215,8 +231,9 @@ impl Checker {
     }
 
     /// The answer to `token` of `role` from `described`, which speaks for
-    /// the cluster `label`; what it teaches goes to the caches of `cache`
-    /// (`None`: out of contact, nothing remembered).
+    /// the cluster `label`, at `checked_at_ms` and `asked` then; what it
+    /// teaches goes to the caches of `cache` (`None`: out of contact,
+    /// nothing remembered).
     fn judge(
         &self,
         label: &ClusterId,
@@ -224,7 +241,7 @@ impl Checker {
         role: &str,
         token: FencingToken,
         described: Described,
-        checked_at_ms: i64,
+        (checked_at_ms, asked): (i64, Asked),
     ) -> CheckAnswer {
         let retired = cache
             .and_then(|c| self.caches.held(c, role))
@@ -233,7 +250,7 @@ impl Checker {
         let mut superseded_by = None;
         if let Some(current) = described.current {
             if let Some(cache) = cache {
-                self.caches.raise(cache, role, current);
+                self.caches.raise(cache, role, current, asked);
             }
             if verdict == Verdict::Superseded {
                 superseded_by = Some(Sighting {
@@ -286,6 +303,15 @@ mod tests {
             1 << 20,
             1 << 20,
         )
+    }
+
+    /// Asked now, answered at once.
+    fn now() -> Asked {
+        let now = boot_now();
+        Asked {
+            began: now,
+            ended: now,
+        }
     }
 
     fn soon() -> Instant {
@@ -495,7 +521,7 @@ mod tests {
         let t0 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
         let t1 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
         cluster.answer_stale("r", Some(t0));
-        checker.observe("memory-cluster", "r", t1);
+        checker.observe("memory-cluster", "r", t1, now());
         // The stale answer keeps the check retrying; the cluster changes
         // meanwhile.
         let check = {
@@ -530,7 +556,7 @@ mod tests {
         // A newer holder mints elsewhere; the service sees it (the
         // poller, another check) ...
         let t2 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
-        checker.observe("memory-cluster", "r", t2);
+        checker.observe("memory-cluster", "r", t2, now());
         // ... then the old coordinator comes back and answers t1 as current.
         cluster.answer_stale("r", Some(t1));
         let started = Instant::now();
@@ -553,6 +579,35 @@ mod tests {
         );
     }
 
+    /// Issue 52 (6): the role's producer id is replaced (its transactional
+    /// id expired; or its epochs ran out), the new one checked; then a
+    /// stale coordinator answers the old id's last pair as current. That
+    /// epoch is no lower than the highest seen under the old id, so the
+    /// epoch floor let it through: the deposed token was `authoritative`.
+    #[tokio::test]
+    async fn a_coordinator_answering_a_retired_producer_id_never_says_yes() {
+        let cluster = MemoryCluster::new(4);
+        let checker = checker(&cluster);
+        let t1 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
+        let first = checker.check("r", t1, soon()).await.unwrap();
+        assert_eq!(first.verdict, Verdict::Authoritative);
+        cluster.expire("r");
+        cluster.set_next_producer_id(t1.producer_id() + 1_000);
+        let t2 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
+        assert!(!t2.same_producer(&t1), "{t1} {t2}");
+        let second = checker.check("r", t2, soon()).await.unwrap();
+        assert_eq!(second.verdict, Verdict::Authoritative);
+        cluster.answer_stale("r", Some(t1));
+        let answer = checker.check("r", t1, soon()).await;
+        assert!(
+            matches!(answer, Err(ClusterError::Unavailable(_))),
+            "a retired producer id's pair is retried until the deadline, then undecided: {answer:?}"
+        );
+        cluster.clear_stale("r");
+        let answer = checker.check("r", t1, soon()).await.unwrap();
+        assert_eq!(answer.verdict, Verdict::Superseded);
+    }
+
     #[tokio::test]
     async fn a_check_raises_the_floor_of_its_producer_id_and_a_new_cluster_resets_it() {
         let cluster = MemoryCluster::new(4);
@@ -560,10 +615,16 @@ mod tests {
         let t1 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
         let id = t1.producer_id();
         checker.check("r", t1, soon()).await.unwrap();
-        assert_eq!(checker.floor("r", id), Some(t1.producer_epoch()));
+        assert_eq!(
+            checker.floor("r", id),
+            Some(Lowest::Epoch(t1.producer_epoch()))
+        );
         let t2 = cluster.transport().acquire_epoch("r", LEASE).await.unwrap();
         checker.check("r", t1, soon()).await.unwrap();
-        assert_eq!(checker.floor("r", id), Some(t2.producer_epoch()));
+        assert_eq!(
+            checker.floor("r", id),
+            Some(Lowest::Epoch(t2.producer_epoch()))
+        );
         assert_eq!(checker.floor("r", id + 1), None, "per producer id");
         // Another cluster behind the same address: its pairs start low, and
         // the old cluster's verdicts and marks must not apply.

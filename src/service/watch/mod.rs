@@ -40,7 +40,7 @@ pub use tracker::{
     ChangeKind, CoordinatorView, Effect, PartitionTracker, RoleEvent, RoleFacts, TrackerConfig,
 };
 
-use super::check::Checker;
+use super::check::{Asked, Checker};
 use super::metrics::Metrics;
 use super::state::Unready;
 use crate::backoff::{Backoff, Jitter};
@@ -542,14 +542,9 @@ impl Watcher {
                 Effect::Leaderless(seconds) => {
                     self.role_metrics.leaderless_seconds.observe(seconds);
                 }
-                Effect::Pair(role, current) => {
-                    self.role_metrics.pair(&role, current);
-                    if let Some(pair) = current
-                        && let Some(cluster) = self.reading_cluster(changes)
-                    {
-                        self.checker.observe(&cluster, &role, pair);
-                    }
-                }
+                // The checker took the pair in where it was described
+                // (`poll_once`), with when it was asked.
+                Effect::Pair(role, current) => self.role_metrics.pair(&role, current),
                 Effect::Facts {
                     role,
                     holder,
@@ -607,12 +602,17 @@ impl Watcher {
         let mut effects = Vec::new();
         for chunk in roles.chunks(self.config.max_describe_batch.max(1)) {
             let deadline = Instant::now() + self.config.poll_interval.max(Duration::from_secs(1));
+            let began = boot_now();
             let mut described: Vec<_> = self
                 .cluster
                 .describe(chunk, &floor, deadline)
                 .await
                 .into_iter()
                 .collect();
+            let asked = Asked {
+                began,
+                ended: boot_now(),
+            };
             // Taken in by name (not in the map's order): the events and
             // marks of a poll come in one order.
             described.sort_by(|(a, _), (b, _)| a.cmp(b));
@@ -626,6 +626,11 @@ impl Watcher {
                 };
                 match answer {
                     Ok(described) => {
+                        if let Some(pair) = described.current
+                            && let Some(cluster) = self.reading_cluster(changes)
+                        {
+                            self.checker.observe(&cluster, &role, pair, asked);
+                        }
                         lock(slot).tracker.observe_coordinator(
                             &role,
                             &described,

@@ -325,7 +325,7 @@ impl Cluster for MemoryCluster {
                     let stale = matches!(
                         &answer,
                         Ok(Described { current: Some(c), .. })
-                            if floor(role, c.producer_id()).is_some_and(|f| c.producer_epoch() < f)
+                            if floor(role, c.producer_id()).is_some_and(|f| f.refuses(c.producer_epoch()))
                     );
                     if !stale {
                         break answer;

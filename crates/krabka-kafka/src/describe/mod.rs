@@ -223,7 +223,7 @@ use super::error::KafkaError;
 use super::observe::StaleReason;
 use super::retry::{Retry, retrying_until};
 use super::state::{Confirmation, DescribeAnswer, DescribeReply, Lesson, Start, TRANSACTION_STATE};
-use krabka_coordination::cluster::Floor;
+use krabka_coordination::cluster::{Floor, Lowest};
 use krabka_coordination::time::boot_now;
 use wire::{build_describe, parse_describe};
 
@@ -397,15 +397,22 @@ impl Describer<'_> {
         let Some(d) = &answer else {
             return Ok(answer);
         };
-        let Some(seen) = floor(id, d.producer_id).filter(|f| d.producer_epoch < *f) else {
+        let Some(lowest) = floor(id, d.producer_id).filter(|f| f.refuses(d.producer_epoch)) else {
             return Ok(answer);
+        };
+        let seen = match lowest {
+            Lowest::Epoch(epoch) => format!("{}:{epoch} was seen", d.producer_id),
+            Lowest::Retired => format!(
+                "another producer id was seen current after {}",
+                d.producer_id
+            ),
         };
         tracing::warn!(
             id = %id,
             broker = %broker.addr,
             answered = %format!("{}:{}", d.producer_id, d.producer_epoch),
-            seen = %format!("{}:{seen}", d.producer_id),
-            "a coordinator answered an epoch below one already seen under its producer id; asking again"
+            seen = %seen,
+            "a coordinator answered a pair older than one already seen; asking again"
         );
         if let Some(observer) = self.client.observer() {
             observer.stale_answer(StaleReason::BelowHighWater);
@@ -417,8 +424,8 @@ impl Describer<'_> {
         Err(KafkaError::Stale {
             addr: broker.addr.clone(),
             reason: format!(
-                "answered {}:{} for {id:?} after {}:{seen} was seen",
-                d.producer_id, d.producer_epoch, d.producer_id
+                "answered {}:{} for {id:?} after {seen}",
+                d.producer_id, d.producer_epoch
             ),
         })
     }
