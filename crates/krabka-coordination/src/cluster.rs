@@ -77,6 +77,18 @@ pub enum Tailed {
         /// freshness stays where it was).
         complete_as_of: Option<Instant>,
     },
+    /// The partition's history restarts at `from`: records between where
+    /// the reader stood and `from` were deleted before it reached them (its
+    /// log start moved past it: retention, DeleteRecords, a topic
+    /// recreated), so what was read of it before is not its history any
+    /// more. Reads go on from `from`; whoever folds the partition starts
+    /// again from nothing.
+    Restarted {
+        /// The partition.
+        partition: i32,
+        /// Its log start: where the next read starts.
+        from: i64,
+    },
     /// A read of the partition failed; it is tried again.
     Failed {
         /// The partition.

@@ -258,7 +258,10 @@ impl Tailer {
                 }
                 Err(e) if e.is(ResponseError::OffsetOutOfRange) => {
                     // Records were deleted under the reader: resume at the
-                    // log start.
+                    // log start (as Java's consumer does with
+                    // auto.offset.reset=earliest), and say that what was
+                    // read before is no longer the partition's history: the
+                    // records in between were never read.
                     match self
                         .client
                         .reader()
@@ -266,14 +269,11 @@ impl Tailer {
                         .await
                     {
                         Ok(start) if cursor.skip_to_log_start(start) => {
-                            tracing::warn!(topic = %self.topic, partition, start, "offset out of range; resuming at the log start");
-                            Ok(Tailed::Read {
+                            tracing::warn!(topic = %self.topic, partition, start, "offset out of range: records were deleted before they were read; reading the partition again from its log start");
+                            self.settled[partition as usize] = Settled::default();
+                            Ok(Tailed::Restarted {
                                 partition,
-                                records: Vec::new(),
-                                skipped: Vec::new(),
-                                next_offset: cursor.next_offset(),
-                                last_stable_offset: start,
-                                complete_as_of: None,
+                                from: cursor.next_offset(),
                             })
                         }
                         Ok(_) => Err(e),

@@ -12,7 +12,9 @@
 //! another cluster (or a bare offset, whose cluster cannot be told) gets a
 //! `reset`; a stream open while another cluster starts to answer gets one
 //! as soon as the new cluster's partition is read, and nothing of the old
-//! cluster after it.
+//! cluster after it. So does a stream whose role's partition starts a new
+//! history (records deleted before the watcher read them: the partition is
+//! read again from its log start).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -30,8 +32,8 @@ use super::extract::Role;
 use super::problem::ApiError;
 use super::views::not_ready;
 use crate::service::state::AppState;
-use crate::service::watch::RoleEvent;
 use crate::service::watch::roster::roster;
+use crate::service::watch::{History, RoleEvent};
 
 /// An event's id: the offset it reflects and the cluster whose topic holds
 /// it (`<offset>@<cluster id>`). A cluster rebuilt behind the same
@@ -101,15 +103,15 @@ const SWITCH_LOOK: std::time::Duration = std::time::Duration::from_millis(100);
 struct Feed {
     state: Arc<AppState>,
     role: String,
-    live: broadcast::Receiver<(u64, RoleEvent)>,
+    live: broadcast::Receiver<(History, RoleEvent)>,
     readings: watch::Receiver<u64>,
     closing: watch::Receiver<bool>,
     pending: VecDeque<Event>,
     last: i64,
-    /// The watcher's reading `last` counts offsets in, and its cluster;
-    /// `None` once another cluster answered, until the new one's `reset`
-    /// is sent.
-    reading: Option<(u64, Option<Arc<str>>)>,
+    /// The history of the role's partition `last` counts offsets in, and
+    /// its cluster; `None` once another history began (another cluster,
+    /// or records deleted unread), until its `reset` is sent.
+    reading: Option<(History, Option<Arc<str>>)>,
 }
 
 impl Feed {
@@ -117,14 +119,29 @@ impl Feed {
         self.reading.as_ref().and_then(|(_, c)| c.as_deref())
     }
 
-    /// The reading under way now, and its cluster.
-    fn current(&self) -> (u64, Option<Arc<str>>) {
-        (*self.readings.borrow(), self.state.watcher.cluster())
+    /// The role's history now, and its cluster.
+    fn current(&self) -> (History, Option<Arc<str>>) {
+        (
+            self.state.watcher.history_of(&self.role),
+            self.state.watcher.cluster(),
+        )
+    }
+
+    /// Whether a history later than the stream's began.
+    fn behind(&self) -> bool {
+        self.reading
+            .as_ref()
+            .is_some_and(|(h, _)| *h < self.state.watcher.history_of(&self.role))
     }
 
     /// Queues what the client missed after `self.last`: the kept changes,
     /// or a reset when they do not reach back that far.
     fn catch_up(&mut self) {
+        if self.behind() {
+            // The kept changes are another history's.
+            self.switched();
+            return;
+        }
         let (missed, complete) = self.state.watcher.history(&self.role, self.last);
         if complete {
             for e in &missed {
@@ -144,8 +161,8 @@ impl Feed {
         self.last = last;
     }
 
-    /// Another cluster answers: what the client knows is of the old one.
-    /// The `reset` follows once the new cluster's partition is read.
+    /// Another history began: what the client knows is of the old one. The
+    /// `reset` follows once the new history's partition is read.
     fn switched(&mut self) {
         self.reading = None;
         self.last = -1;
@@ -156,7 +173,7 @@ impl Feed {
             if let Some(event) = self.pending.pop_front() {
                 return Some((Ok(event), self));
             }
-            // Another cluster answered: its reset once its partition is read.
+            // Another history began: its reset once its partition is read.
             if self.reading.is_none() && self.state.watcher.role(&self.role).is_ok() {
                 self.reset();
                 continue;
@@ -174,24 +191,24 @@ impl Feed {
                 }
             };
             let Some(received) = received else {
-                if self
-                    .reading
-                    .as_ref()
-                    .is_some_and(|(r, _)| *r < *self.readings.borrow())
-                {
+                if self.behind() {
                     self.switched();
                 }
                 continue;
             };
+            let mine = self.reading.as_ref().map(|(h, _)| *h);
             match received {
-                // A later reading's (an old one's are dropped with it).
-                Ok((reading, _)) if self.reading.as_ref().is_some_and(|(r, _)| *r < reading) => {
+                // A later reading's, or a later history of the role's
+                // partition (an old one's are dropped with it).
+                Ok((history, e))
+                    if mine.is_some_and(|h| {
+                        h.reading < history.reading || (e.role == self.role && h < history)
+                    }) =>
+                {
                     self.switched();
                 }
-                Ok((reading, e))
-                    if self.reading.as_ref().is_some_and(|(r, _)| *r == reading)
-                        && e.role == self.role
-                        && e.offset > self.last =>
+                Ok((history, e))
+                    if mine == Some(history) && e.role == self.role && e.offset > self.last =>
                 {
                     self.last = e.offset;
                     let event = change(&e, self.cluster());

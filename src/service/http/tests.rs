@@ -926,6 +926,60 @@ async fn another_cluster_drops_the_old_views_at_once_and_resets_every_stream() {
     assert_eq!(resumed.next().await.0, "registered");
 }
 
+/// Issue 52 (6): records deleted before the watcher read them (the log
+/// start moved past its reader: retention, DeleteRecords; Kafka answers
+/// OFFSET_OUT_OF_RANGE). The partition is a new history: what the watcher
+/// read of it before is dropped (node-1's registration was deleted too),
+/// its views wait until it is read again, and an open stream of it gets a
+/// `reset`. Before, the reader jumped to the log start and the views went
+/// on showing node-1, never node-2's deregistration... and the stream was
+/// never told.
+#[tokio::test]
+async fn records_deleted_before_they_were_read_rebuild_the_partition_and_reset_its_streams() {
+    let rig = rig_on(MemoryCluster::new(1), service_config());
+    let member = rig.cluster.transport();
+    member.register("orders", "node-1", 1).await.unwrap();
+    eventually(FIVE_S, "the view of orders", async || {
+        (call(&rig.app, get("/roles/orders")).await.0 == StatusCode::OK).then_some(())
+    })
+    .await;
+    let mut stream = Events::open(&rig.app, None).await;
+    assert_eq!(stream.next().await.0, "snapshot");
+
+    // Written and deleted before the watcher reads them.
+    rig.cluster.hold_reads(true);
+    member.register("orders", "node-2", 2).await.unwrap();
+    member.register("shipping", "node-3", 3).await.unwrap();
+    let start = member.deregister("orders", "node-2").await.unwrap();
+    let last = member.register("shipping", "node-4", 4).await.unwrap();
+    rig.cluster.delete_records(0, start);
+    rig.cluster.hold_reads(false);
+
+    let (event, id) = stream.next().await;
+    assert_eq!(event, "reset", "the stream is told its history restarted");
+    assert_eq!(
+        id.as_deref(),
+        Some(&*format!("{last}@memory-cluster")),
+        "the new history's roster, as of the log read from its start"
+    );
+    // The log from its start holds no record of orders: node-1's
+    // registration is gone, and nothing of it is served.
+    let (status, _, body) = call(&rig.app, get("/roles/orders")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, _, body) = call(&rig.app, get("/roles/shipping")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let members: Vec<&str> = body["members"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{body}"))
+        .iter()
+        .filter_map(|m| m["member"].as_str())
+        .collect();
+    assert_eq!(members, ["node-4"], "only what the log holds: {body}");
+    // The stream goes on in the new history.
+    member.register("orders", "node-5", 5).await.unwrap();
+    assert_eq!(stream.next().await.0, "registered");
+}
+
 /// A role whose records all went (a registration and its removal) has no
 /// roster, but a stream of it still stands at an offset: the last one read
 /// of its partition. Before, its `snapshot` had no id: a client could not

@@ -20,6 +20,12 @@
 //! [`Watcher::not_ready`] (`/readyz`). Views, the `x-krabka-view-age-ms`
 //! header and `krabka_state_view_age_seconds` all come from
 //! [`Watcher::view_ages`]'s rule.
+//!
+//! **A partition's history restarts** when records were deleted before the
+//! reader reached them ([`Tailed::Restarted`]: the log start moved past
+//! it). What was folded of it is dropped, as for another cluster: its views
+//! wait until it is read again from the log start, and its event streams
+//! reset ([`History`]).
 
 mod role_metrics;
 pub mod roster;
@@ -179,8 +185,25 @@ pub struct RoleView {
     pub skipped: Vec<SkippedBatch>,
 }
 
+/// Which history of a partition a change belongs to: the reading (a new
+/// one begins when another cluster answers) and the partition's history
+/// within it (a new one begins when records were deleted before the
+/// reader reached them: [`Tailed::Restarted`]). A later history compares
+/// greater; an event stream whose history is no longer its partition's
+/// gets a `reset`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct History {
+    /// [`Cluster::cluster_changes`] when the reading began.
+    pub reading: u64,
+    /// The partition's history: the watcher's count of histories begun
+    /// when this one began.
+    pub partition: u64,
+}
+
 #[derive(Debug)]
 struct Part {
+    /// The partition's history within the reading ([`History::partition`]).
+    history: u64,
     tracker: PartitionTracker,
     error: Option<String>,
     /// When a read last arrived ([`Clock::monotonic_ms`]).
@@ -194,6 +217,18 @@ struct Part {
 }
 
 impl Part {
+    /// A partition of which nothing was read yet, in history `history`.
+    fn new(config: TrackerConfig, history: u64) -> Part {
+        Part {
+            history,
+            tracker: PartitionTracker::new(config),
+            error: None,
+            read_at: None,
+            complete_as_of: None,
+            skipped: VecDeque::new(),
+        }
+    }
+
     /// The view's age at `monotonic` ([`Clock::monotonic_ms`]), once a read
     /// was confirmed.
     fn age(&self, monotonic: i64) -> Option<Duration> {
@@ -232,9 +267,11 @@ pub struct Watcher {
     metrics: Arc<Metrics>,
     role_metrics: RoleMetrics,
     reading: RwLock<Option<Reading>>,
-    /// Every change, stamped with its reading's `changes`.
-    events: broadcast::Sender<(u64, RoleEvent)>,
-    /// The `changes` of the reading under way: streams reset when it moves.
+    /// Every change, stamped with its partition's history.
+    events: broadcast::Sender<(History, RoleEvent)>,
+    /// Histories begun (readings, and partitions read again from a moved
+    /// log start): streams look whether theirs is still current when it
+    /// moves.
     readings: tokio::sync::watch::Sender<u64>,
     roles: AtomicI64,
     search: Mutex<TopicSearch>,
@@ -306,17 +343,11 @@ impl Watcher {
                 continue;
             }
             let cluster = self.cluster.cluster_id();
+            // Never below a history a partition of an earlier reading had.
+            let history = *self.readings.borrow();
             let parts: Parts = Arc::new(
                 (0..count)
-                    .map(|_| {
-                        Mutex::new(Part {
-                            tracker: PartitionTracker::new(self.config.tracker),
-                            error: None,
-                            read_at: None,
-                            complete_as_of: None,
-                            skipped: VecDeque::new(),
-                        })
-                    })
+                    .map(|_| Mutex::new(Part::new(self.config.tracker, history)))
                     .collect(),
             );
             self.reset(Some(Reading {
@@ -324,7 +355,7 @@ impl Watcher {
                 changes,
                 cluster,
             }));
-            self.readings.send_replace(changes);
+            self.readings.send_modify(|n| *n += 1);
             tokio::select! {
                 () = self.clone().tail(parts.clone(), changes) => {}
                 () = self.clone().poll_coordinator(parts, changes) => {}
@@ -464,7 +495,7 @@ impl Watcher {
                     else {
                         continue;
                     };
-                    let (lag, caught_up_now) = {
+                    let (lag, caught_up_now, history) = {
                         let mut part = lock(slot);
                         for record in &records {
                             part.tracker.apply(record, now, &mut effects);
@@ -494,7 +525,7 @@ impl Watcher {
                             part.complete_as_of =
                                 Some(part.complete_as_of.map_or(as_of, |old| old.max(as_of)));
                         }
-                        (lag, !before && part.tracker.caught_up())
+                        (lag, !before && part.tracker.caught_up(), part.history)
                     };
                     if caught_up_now {
                         tracing::info!(partition, offset = next_offset, "caught up");
@@ -503,7 +534,18 @@ impl Watcher {
                         .lag
                         .with_label_values(&[&partition.to_string()])
                         .set(lag);
-                    self.apply(partition, &mut effects, changes);
+                    let history = History {
+                        reading: changes,
+                        partition: history,
+                    };
+                    self.apply(partition, &mut effects, history);
+                }
+                Tailed::Restarted { partition, from } => {
+                    let Some(slot) = usize::try_from(partition).ok().and_then(|p| parts.get(p))
+                    else {
+                        continue;
+                    };
+                    self.restart(partition, slot, from);
                 }
                 Tailed::Failed { partition, error } => {
                     let Some(slot) = usize::try_from(partition).ok().and_then(|p| parts.get(p))
@@ -521,9 +563,41 @@ impl Watcher {
         }
     }
 
-    /// Carries out what a tracker of the reading begun at `changes`
-    /// reported.
-    fn apply(&self, partition: i32, effects: &mut Vec<Effect>, changes: u64) {
+    /// A new history of `partition` (in `slot`) from `from`: what was read
+    /// of it is dropped (its records in between were deleted unread, and
+    /// what it told of the deleted ones is not the log's any more), its
+    /// views wait until it is read again up to its last stable offset, and
+    /// the event streams of its roles reset (as when another cluster
+    /// answers: `readings`).
+    fn restart(&self, partition: i32, slot: &Mutex<Part>, from: i64) {
+        let history = self.readings.borrow().saturating_add(1);
+        let (old, was_caught_up) = {
+            let mut part = lock(slot);
+            let old = std::mem::replace(&mut *part, Part::new(self.config.tracker, history));
+            let was = old.tracker.caught_up();
+            (old, was)
+        };
+        let mut removed = 0;
+        for role in old.tracker.roles() {
+            self.role_metrics.remove(role);
+            removed += 1;
+        }
+        let n = self.roles.fetch_sub(removed, Ordering::Relaxed) - removed;
+        self.role_metrics.roles.set(n);
+        let _ = self
+            .role_metrics
+            .view_age
+            .remove_label_values(&[&partition.to_string()]);
+        self.readings.send_modify(|n| *n = history);
+        if was_caught_up {
+            tracing::warn!(topic = %self.config.topic, partition, from, read_to = old.tracker.next_offset(), "records of the partition were deleted before they were read: its views are rebuilt from its log start, and its event streams reset");
+        } else {
+            tracing::info!(topic = %self.config.topic, partition, from, "the partition's log starts past where its reading stood: read from its log start");
+        }
+    }
+
+    /// Carries out what a tracker reported, its events of `history`.
+    fn apply(&self, partition: i32, effects: &mut Vec<Effect>, history: History) {
         let now = self.clock.now_ms();
         for effect in effects.drain(..) {
             match effect {
@@ -571,7 +645,7 @@ impl Watcher {
                     tracing::warn!(topic = %self.config.topic, partition, offset, %error, "skipped a malformed record");
                 }
                 Effect::Event(event) => {
-                    let _ = self.events.send((changes, event));
+                    let _ = self.events.send((history, event));
                 }
             }
         }
@@ -631,13 +705,17 @@ impl Watcher {
                         {
                             self.checker.observe(&cluster, &role, pair, asked);
                         }
-                        lock(slot).tracker.observe_coordinator(
-                            &role,
-                            &described,
-                            now,
-                            &mut effects,
-                        );
-                        self.apply(partition, &mut effects, changes);
+                        let history = {
+                            let mut part = lock(slot);
+                            part.tracker
+                                .observe_coordinator(&role, &described, now, &mut effects);
+                            part.history
+                        };
+                        let history = History {
+                            reading: changes,
+                            partition: history,
+                        };
+                        self.apply(partition, &mut effects, history);
                     }
                     Err(e) => {
                         tracing::debug!(role, error = %e, "coordinator poll failed for the role");
@@ -852,14 +930,33 @@ impl Watcher {
         }
     }
 
-    /// The reading under way (a new one begins when another cluster
-    /// answers), as `subscribe`'s events are stamped.
+    /// Moves whenever a history begins (a reading, or a partition's after
+    /// its log start moved past its reader): then [`Watcher::history_of`]
+    /// tells whether a role's is still the one a stream follows.
     pub fn readings(&self) -> tokio::sync::watch::Receiver<u64> {
         self.readings.subscribe()
     }
 
-    /// Live changes of every role, each stamped with its reading.
-    pub fn subscribe(&self) -> broadcast::Receiver<(u64, RoleEvent)> {
+    /// The history of `role`'s partition now, as `subscribe`'s events are
+    /// stamped (of the reading installed, even once another cluster
+    /// answers: its history moves when the new reading begins).
+    pub fn history_of(&self, role: &str) -> History {
+        let Some(reading) = read(&self.reading).clone() else {
+            return History::default();
+        };
+        let partition = role_partition(role, reading.parts.len() as i32)
+            .ok()
+            .and_then(|p| reading.parts.get(p as usize))
+            .map_or(0, |slot| lock(slot).history);
+        History {
+            reading: reading.changes,
+            partition,
+        }
+    }
+
+    /// Live changes of every role, each stamped with its partition's
+    /// history.
+    pub fn subscribe(&self) -> broadcast::Receiver<(History, RoleEvent)> {
         self.events.subscribe()
     }
 

@@ -65,6 +65,10 @@ struct ClusterState {
     /// Describes of many roles (the coordinator poller's) answer as of
     /// their call but arrive once this is released.
     held_describes: Option<DescribeHold>,
+    /// Per partition, its log start: records below it were deleted.
+    log_starts: HashMap<i32, i64>,
+    /// Tailers read nothing while set (their reads are in flight).
+    reads_held: bool,
 }
 
 /// Describes held in flight: taken with [`MemoryCluster::hold_describes`].
@@ -271,6 +275,27 @@ impl MemoryCluster {
         offset
     }
 
+    /// Deletes the records of `partition` below `before` (Kafka's
+    /// DeleteRecords, or retention): its log start moves there. A tailer
+    /// that had not read up to it learns that its history restarts there
+    /// ([`Tailed::Restarted`]), as the Kafka reader does on
+    /// OFFSET_OUT_OF_RANGE.
+    pub fn delete_records(&self, partition: i32, before: i64) {
+        {
+            let mut state = self.lock();
+            let start = state.log_starts.entry(partition).or_default();
+            *start = (*start).max(before);
+        }
+        self.appended.send_modify(|n| *n += 1);
+    }
+
+    /// Holds every tailer's reads (`true`: they are in flight, nothing is
+    /// read), or lets them go on.
+    pub fn hold_reads(&self, held: bool) {
+        self.lock().reads_held = held;
+        self.appended.send_modify(|n| *n += 1);
+    }
+
     /// Appends a raw record to `partition` (malformed data, for tests).
     pub fn append_raw(&self, partition: i32, key: Bytes, value: Option<Bytes>) -> i64 {
         let offset = {
@@ -400,9 +425,27 @@ impl Cluster for MemoryCluster {
             loop {
                 for (p, offset) in next.iter_mut().enumerate() {
                     let partition = p as i32;
+                    let restarted = {
+                        let state = cluster.lock();
+                        let start = state.log_starts.get(&partition).copied().unwrap_or(0);
+                        let readable = !state.reads_held && state.failure().is_none();
+                        (readable && *offset < start).then(|| {
+                            *offset = start;
+                            Tailed::Restarted {
+                                partition,
+                                from: start,
+                            }
+                        })
+                    };
+                    if let Some(restarted) = restarted
+                        && tx.send(restarted).await.is_err()
+                    {
+                        return;
+                    }
                     let update = {
                         let state = cluster.lock();
                         match state.failure() {
+                            _ if state.reads_held => continue,
                             Some(reason) => Tailed::Failed {
                                 partition,
                                 error: ClusterError::Unavailable(reason),

@@ -142,7 +142,8 @@ async fn reads_of_a_deposed_leader_are_never_fresher_than_its_last_confirmation(
         .tail("t", vec![0], Duration::from_millis(200));
     let as_of = |update: krabka_coordination::cluster::Tailed| match update {
         krabka_coordination::cluster::Tailed::Read { complete_as_of, .. } => complete_as_of,
-        krabka_coordination::cluster::Tailed::Failed { .. } => None,
+        krabka_coordination::cluster::Tailed::Failed { .. }
+        | krabka_coordination::cluster::Tailed::Restarted { .. } => None,
     };
     let five = Duration::from_secs(5);
     // Confirmed by broker 2: fresh.
@@ -565,4 +566,100 @@ async fn one_broker_replaced_behind_its_address_makes_no_read_fresh() {
     eprintln!(
         "{reads_after} reads after the move ({old_polls} fetches in all); fresh again {fresh_again:?} after it"
     );
+}
+
+/// Issue 52 (6): the log start moves past the tailer (records deleted
+/// before it read them): the fetch answers OFFSET_OUT_OF_RANGE and the
+/// tailer says the partition's history restarts at the log start, then
+/// reads on from there. Before, it sent an empty read that only moved the
+/// position, as if nothing had been lost.
+#[tokio::test]
+async fn records_deleted_under_the_tailer_restart_the_partitions_history() {
+    use krabka_coordination::cluster::Tailed;
+    const OFFSET_OUT_OF_RANGE: i16 = 1;
+    let addr: Arc<std::sync::Mutex<String>> = Arc::default();
+    let script = {
+        let addr = addr.clone();
+        Arc::new(
+            move |header: &kafka_protocol::messages::RequestHeader, body: Bytes| {
+                let addr = addr.lock().unwrap().clone();
+                match ApiKey::try_from(header.request_api_key).unwrap() {
+                    ApiKey::Metadata => {
+                        let response: MetadataResponse =
+                            metadata(&[(1, addr.as_str())], Some(("t", &[(0, 1, 5)])));
+                        Some(answer(header, &response))
+                    }
+                    // The log starts at 5 now.
+                    ApiKey::ListOffsets => Some(listed(header, 5)),
+                    ApiKey::Fetch => {
+                        let asked: FetchRequest = request(header.request_api_version, body.clone());
+                        let data = match asked.topics[0].partitions[0].fetch_offset {
+                            // Records 0 and 1 are read...
+                            0 => PartitionData::default().with_records(Some(
+                                crate::batch::tests::batch(
+                                    0,
+                                    2,
+                                    -1,
+                                    false,
+                                    None,
+                                    kafka_protocol::records::Compression::None,
+                                ),
+                            )),
+                            // ...then 2 to 4 are deleted before the next fetch.
+                            offset if offset < 5 => {
+                                PartitionData::default().with_error_code(OFFSET_OUT_OF_RANGE)
+                            }
+                            _ => PartitionData::default(),
+                        };
+                        let data = data
+                            .with_partition_index(0)
+                            .with_last_stable_offset(7)
+                            .with_high_watermark(7)
+                            .with_log_start_offset(5);
+                        Some(fetched_as(header, body, data))
+                    }
+                    _ => None,
+                }
+            },
+        ) as crate::fake::Script
+    };
+    let broker = FakeBroker::start(script).await;
+    *addr.lock().unwrap() = broker.addr.clone();
+    let client = client(&[&broker.addr]);
+    let mut reads = client
+        .reader()
+        .tail("t", vec![0], Duration::from_millis(50));
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(5), reads.recv())
+            .await
+            .expect("an update within 5 s")
+            .expect("the tailer goes on")
+    };
+    match next().await {
+        Tailed::Read {
+            records,
+            next_offset,
+            ..
+        } => {
+            assert_eq!(records.len(), 2);
+            assert_eq!(next_offset, 2);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        next().await,
+        Tailed::Restarted {
+            partition: 0,
+            from: 5
+        },
+        "records 2 to 4 were never read"
+    );
+    match next().await {
+        Tailed::Read {
+            records,
+            next_offset,
+            ..
+        } => assert_eq!((records.len(), next_offset), (0, 5), "read on from 5"),
+        other => panic!("{other:?}"),
+    }
 }
