@@ -17,13 +17,24 @@
 //! thousands of small bombs would otherwise hold the thread for seconds):
 //! past either, the rest waits for the next fetch. A chunk reads at least
 //! one batch, so every fetch moves on.
+//!
+//! Decoded, a record takes more memory than its bytes: a record of no key,
+//! no value and no header is 7 bytes, a [`LogRecord`] 72 (kafka-protocol's
+//! `Record`, with its headers' map, takes more again). So records are
+//! decoded here, straight into [`LogRecord`]s (headers stepped over,
+//! nothing allocated for them, nothing reserved for what a batch declares),
+//! and a chunk keeps at most `room` bytes of them: past that it stops, in
+//! the middle of a batch if need be, and the next fetch goes on from the
+//! record after the last one kept (as Java's consumer resumes within a
+//! batch; the broker sends the batch again, and the records before the
+//! fetch offset are stepped over, not kept).
 
 use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
 
 use bytes::{Buf, Bytes};
-use kafka_protocol::records::{Compression, Record, RecordBatchDecoder};
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
 
 use super::inflate::{Inflate, codec_name, codec_of, inflate};
 use krabka_coordination::{LogRecord, SkippedBatch};
@@ -61,44 +72,158 @@ fn read_i64(b: &[u8], at: usize) -> i64 {
     (&b[at..at + 8]).get_i64()
 }
 
+/// What one decoded record takes of a chunk's `room`: its [`LogRecord`]
+/// (its key and value are views of the fetched or decompressed bytes).
+pub(crate) const RECORD_BYTES: usize = std::mem::size_of::<LogRecord>();
+
 /// One batch's records, or why they were not read.
 enum Decoded {
-    Records(Vec<Record>),
+    /// The records at or above the offset asked, in offset order, and the
+    /// offset after the last one kept when the batch holds more (`most`
+    /// reached).
+    Records(Vec<LogRecord>, Option<i64>),
     /// Compressed, they decompress to more than the bound.
     TooLarge,
 }
 
-/// Decodes one whole `batch` (its CRC checked first), decompressing its
-/// records with `limit`; adds what it decompressed to `inflated` when they
-/// are read.
-fn decode(batch: &Bytes, limit: usize, inflated: &Cell<usize>) -> Result<Decoded, String> {
-    let too_large = Cell::new(false);
-    let decompress = |records: &mut Bytes, compression: Compression| {
-        if compression == Compression::None {
-            return Ok(records.clone());
-        }
-        match inflate(compression, &records[..], limit) {
+/// Decodes `batch` (its CRC checked first), decompressing its records with
+/// `limit`, adding what it decompressed to `inflated`: its records at or
+/// above `from`, at most `most` of them (and at least one).
+fn decode(
+    batch: &Bytes,
+    limit: usize,
+    inflated: &Cell<usize>,
+    from: i64,
+    most: usize,
+) -> Result<Decoded, String> {
+    // The header, its CRC checked; nothing of the records decoded.
+    let info = RecordBatchDecoder::decode_batch_info(&mut batch.clone())
+        .map_err(|e| format!("{e:#}"))?
+        .into_iter()
+        .next()
+        .ok_or("no batch header")?;
+    let section = batch.slice(HEADER_LEN.min(batch.len())..);
+    let mut records = match info.compression {
+        Compression::None => section,
+        compression => match inflate(compression, &section[..], limit) {
             Ok(out) => {
                 inflated.set(inflated.get().saturating_add(out.len()));
-                Ok(Bytes::from(out))
+                Bytes::from(out)
             }
-            Err(Inflate::TooLarge) => {
-                too_large.set(true);
-                Err(std::io::Error::other("decompresses past the bound").into())
-            }
-            Err(Inflate::Corrupt(why)) => Err(std::io::Error::other(why).into()),
-        }
+            Err(Inflate::TooLarge) => return Ok(Decoded::TooLarge),
+            Err(Inflate::Corrupt(why)) => return Err(why),
+        },
     };
-    match RecordBatchDecoder::decode_with_custom_compression(&mut batch.clone(), Some(decompress)) {
-        Ok(set) => Ok(Decoded::Records(set.records)),
-        Err(_) if too_large.get() => Ok(Decoded::TooLarge),
-        Err(e) => Err(format!("{e:#}")),
+    let declared = usize::try_from(info.record_count).unwrap_or(0);
+    // Every record takes at least one byte (Kafka's own decoder refuses
+    // the same count, KAFKA-14063); nothing is reserved for it.
+    if declared > records.len() {
+        return Err(format!(
+            "{declared} elements declared, but only {} bytes remain",
+            records.len()
+        ));
     }
+    let last = info
+        .min_offset
+        .saturating_add(i64::from(read_i32(batch, 23)));
+    let most = most.max(1);
+    let mut kept = Vec::new();
+    for _ in 0..declared {
+        if kept.len() == most {
+            let next = kept.last().map(|r: &LogRecord| r.offset + 1);
+            return Ok(Decoded::Records(kept, next));
+        }
+        let record = record(&mut records, info.min_offset)?;
+        if record.offset > last {
+            return Err(format!(
+                "a record at offset {} after its batch's last offset {last}",
+                record.offset
+            ));
+        }
+        if record.offset >= from {
+            kept.push(record);
+        }
+    }
+    Ok(Decoded::Records(kept, None))
+}
+
+/// A zigzag varint of at most `max_bytes` bytes (5 for an int, 10 for a
+/// long), as Kafka's `ByteUtils.readVarint`/`readVarlong` read it.
+fn varint(buf: &mut Bytes, max_bytes: u32) -> Result<i64, String> {
+    let mut raw: u64 = 0;
+    for i in 0..max_bytes {
+        if !buf.has_remaining() {
+            return Err("a record ends within a varint".to_owned());
+        }
+        let byte = buf.get_u8();
+        raw |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+        }
+    }
+    Err("a varint longer than its type".to_owned())
+}
+
+/// A length (-1 for none) and that many bytes of `buf`, as a view.
+fn field(buf: &mut Bytes, what: &str) -> Result<Option<Bytes>, String> {
+    match varint(buf, 5)? {
+        -1 => Ok(None),
+        n if n < 0 => Err(format!("a record's {what} has length {n}")),
+        n => {
+            let n = usize::try_from(n).unwrap_or(usize::MAX);
+            if n > buf.len() {
+                return Err(format!(
+                    "a record's {what} declares {n} bytes, but only {} remain",
+                    buf.len()
+                ));
+            }
+            Ok(Some(buf.split_to(n)))
+        }
+    }
+}
+
+/// One record of the format v2 (`DefaultRecord`) from `buf`, of a batch
+/// based at `base`: its headers checked and stepped over.
+fn record(buf: &mut Bytes, base: i64) -> Result<LogRecord, String> {
+    let size = varint(buf, 5)?;
+    let size = usize::try_from(size).map_err(|_| format!("a record of size {size}"))?;
+    if size > buf.len() {
+        return Err(format!(
+            "a record declares {size} bytes, but only {} remain",
+            buf.len()
+        ));
+    }
+    let mut body = buf.split_to(size);
+    if !body.has_remaining() {
+        return Err("an empty record".to_owned());
+    }
+    let _attributes = body.get_u8();
+    let _timestamp_delta = varint(&mut body, 10)?;
+    let offset_delta = varint(&mut body, 5)?;
+    let key = field(&mut body, "key")?;
+    let value = field(&mut body, "value")?;
+    let headers = varint(&mut body, 5)?;
+    if headers < 0 {
+        return Err(format!("a record declares {headers} headers"));
+    }
+    for _ in 0..headers {
+        match field(&mut body, "header key")? {
+            Some(_) => {}
+            None => return Err("a record header without a key".to_owned()),
+        }
+        field(&mut body, "header value")?;
+    }
+    Ok(LogRecord {
+        offset: base.saturating_add(offset_delta),
+        key: key.unwrap_or_default(),
+        value,
+    })
 }
 
 /// Splits `bytes` into batches and keeps what a read_committed reader sees.
 /// `aborted` is the response's `(producer id, first offset)` list; `limit`
-/// bounds what one batch may decompress to. A partial batch at the end
+/// bounds what one batch may decompress to, `room` the bytes the records
+/// kept may take ([`RECORD_BYTES`] each). A partial batch at the end
 /// (the broker cuts at `max_bytes`) is left for the next fetch, and so is
 /// what follows the chunk's share (the module docs).
 pub(crate) fn visible_records(
@@ -106,6 +231,7 @@ pub(crate) fn visible_records(
     aborted: &[(i64, i64)],
     fetch_offset: i64,
     limit: usize,
+    room: usize,
 ) -> Result<Visible, String> {
     let mut heap: BinaryHeap<Reverse<(i64, i64)>> = aborted
         .iter()
@@ -141,8 +267,13 @@ pub(crate) fn visible_records(
         let control = attributes & ATTR_CONTROL != 0;
         let compressed = codec_of(attributes) != Some(Compression::None);
         let spent = inflated.get() >= limit || out.skipped.len() >= SKIPPED_PER_CHUNK;
-        if last_offset >= fetch_offset && compressed && spent && out.next_offset.is_some() {
-            // This chunk decompressed its share: the next fetch goes on.
+        let full = out.records.len().saturating_mul(RECORD_BYTES) >= room;
+        if last_offset >= fetch_offset
+            && ((compressed && spent) || full)
+            && out.next_offset.is_some()
+        {
+            // This chunk decompressed or decoded its share: the next fetch
+            // goes on.
             break;
         }
         pos += total;
@@ -151,8 +282,8 @@ pub(crate) fn visible_records(
             continue;
         }
 
-        let records = || match decode(&batch, limit, &inflated) {
-            Ok(Decoded::Records(records)) => Ok(Some(records)),
+        let records = |from: i64, most: usize| match decode(&batch, limit, &inflated, from, most) {
+            Ok(Decoded::Records(records, rest)) => Ok(Some((records, rest))),
             Ok(Decoded::TooLarge) => Ok(None),
             Err(e) => Err(format!("batch at offset {base_offset}: {e}")),
         };
@@ -176,15 +307,13 @@ pub(crate) fn visible_records(
             }
             if control {
                 // Control record key: version (i16), type (i16); 0 = ABORT.
-                let Some(markers) = records()? else {
+                let Some((markers, _)) = records(i64::MIN, 1)? else {
                     skipped(&mut out);
                     continue;
                 };
-                let is_abort = markers.first().is_some_and(|r| {
-                    r.key
-                        .as_ref()
-                        .is_some_and(|k| k.len() >= 4 && read_i16(k, 2) == 0)
-                });
+                let is_abort = markers
+                    .first()
+                    .is_some_and(|r| r.key.len() >= 4 && read_i16(&r.key, 2) == 0);
                 if is_abort {
                     aborted_producers.remove(&producer_id);
                 }
@@ -197,18 +326,18 @@ pub(crate) fn visible_records(
         if control {
             continue;
         }
-        let Some(records) = records()? else {
+        let most =
+            room.saturating_sub(out.records.len().saturating_mul(RECORD_BYTES)) / RECORD_BYTES;
+        let Some((records, rest)) = records(fetch_offset, most)? else {
             skipped(&mut out);
             continue;
         };
-        for record in records {
-            if record.offset >= fetch_offset {
-                out.records.push(LogRecord {
-                    offset: record.offset,
-                    key: record.key.unwrap_or_default(),
-                    value: record.value,
-                });
-            }
+        out.records.extend(records);
+        if rest.is_some() {
+            // The chunk is full within this batch: the next fetch reads on
+            // from the record after the last one kept.
+            out.next_offset = rest;
+            break;
         }
     }
     Ok(out)
@@ -218,12 +347,22 @@ pub(crate) fn visible_records(
 pub(crate) mod tests {
     use super::*;
     use bytes::BytesMut;
-    use kafka_protocol::records::{RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+    use kafka_protocol::records::{Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 
     use crate::fake::bomb_batch;
 
     /// A bound well above what these tests' batches decompress to.
     const LIMIT: usize = 1 << 20;
+
+    /// The records of a chunk with room for all of them.
+    fn visible(
+        bytes: &Bytes,
+        aborted: &[(i64, i64)],
+        fetch_offset: i64,
+        limit: usize,
+    ) -> Result<Visible, String> {
+        visible_records(bytes, aborted, fetch_offset, limit, usize::MAX)
+    }
 
     /// One encoded batch; `control` with `abort` picks the marker type.
     pub(crate) fn batch(
@@ -291,7 +430,7 @@ pub(crate) mod tests {
             batch(6, 1, 7, true, None, none),        // txn 7 again: committed
             batch(7, 1, 7, true, Some(false), none), // COMMIT of 7
         ]);
-        let v = visible_records(&bytes, &[(7, 2)], 0, LIMIT).unwrap();
+        let v = visible(&bytes, &[(7, 2)], 0, LIMIT).unwrap();
         assert_eq!(offsets(&v), [0, 1, 3, 6]);
         assert_eq!(v.next_offset, Some(8));
         assert_eq!(&v.records[2].key[..], b"k3");
@@ -305,12 +444,9 @@ pub(crate) mod tests {
             batch(0, 1, 7, true, None, none),
             batch(1, 1, 7, true, Some(true), none),
         ]);
-        assert_eq!(
-            offsets(&visible_records(&bytes, &[], 0, LIMIT).unwrap()),
-            [0]
-        );
+        assert_eq!(offsets(&visible(&bytes, &[], 0, LIMIT).unwrap()), [0]);
         assert!(
-            visible_records(&bytes, &[(7, 0)], 0, LIMIT)
+            visible(&bytes, &[(7, 0)], 0, LIMIT)
                 .unwrap()
                 .records
                 .is_empty()
@@ -320,7 +456,7 @@ pub(crate) mod tests {
     #[test]
     fn records_below_the_fetch_offset_are_skipped() {
         let bytes = batch(10, 5, -1, false, None, Compression::None);
-        let v = visible_records(&bytes, &[], 12, LIMIT).unwrap();
+        let v = visible(&bytes, &[], 12, LIMIT).unwrap();
         assert_eq!(offsets(&v), [12, 13, 14]);
         assert_eq!(v.next_offset, Some(15));
     }
@@ -330,14 +466,11 @@ pub(crate) mod tests {
         let first = batch(0, 1, -1, false, None, Compression::None);
         let second = batch(1, 1, -1, false, None, Compression::None);
         let cut = join(&[first, second.slice(..second.len() - 3)]);
-        let v = visible_records(&cut, &[], 0, LIMIT).unwrap();
+        let v = visible(&cut, &[], 0, LIMIT).unwrap();
         assert_eq!(offsets(&v), [0]);
         assert_eq!(v.next_offset, Some(1));
         let tiny = Bytes::from_static(&[0, 0, 0]);
-        assert_eq!(
-            visible_records(&tiny, &[], 0, LIMIT).unwrap(),
-            Visible::default()
-        );
+        assert_eq!(visible(&tiny, &[], 0, LIMIT).unwrap(), Visible::default());
     }
 
     #[test]
@@ -348,7 +481,7 @@ pub(crate) mod tests {
             batch(5, 2, -1, false, None, Compression::Lz4),
             batch(7, 2, -1, false, None, Compression::Gzip),
         ]);
-        let v = visible_records(&bytes, &[], 0, LIMIT).unwrap();
+        let v = visible(&bytes, &[], 0, LIMIT).unwrap();
         assert_eq!(offsets(&v), (0..9).collect::<Vec<_>>());
     }
 
@@ -357,12 +490,12 @@ pub(crate) mod tests {
         let mut bytes = batch(0, 1, -1, false, None, Compression::None).to_vec();
         let last = bytes.len() - 1;
         bytes[last] ^= 0xff; // breaks the CRC
-        assert!(visible_records(&Bytes::from(bytes.clone()), &[], 0, LIMIT).is_err());
+        assert!(visible(&Bytes::from(bytes.clone()), &[], 0, LIMIT).is_err());
         bytes[16] = 1; // message format v1
-        let err = visible_records(&Bytes::from(bytes.clone()), &[], 0, LIMIT).unwrap_err();
+        let err = visible(&Bytes::from(bytes.clone()), &[], 0, LIMIT).unwrap_err();
         assert!(err.contains("v1"), "{err}");
         bytes[8..12].copy_from_slice(&(-5i32).to_be_bytes());
-        assert!(visible_records(&Bytes::from(bytes), &[], 0, LIMIT).is_err());
+        assert!(visible(&Bytes::from(bytes), &[], 0, LIMIT).is_err());
     }
 
     const CODECS: [Compression; 4] = [
@@ -389,7 +522,7 @@ pub(crate) mod tests {
                 at(2, bomb_batch(codec, b"k2", 2 * LIMIT as u64)),
                 batch(3, 1, -1, false, None, codec),
             ]);
-            let v = visible_records(&bytes, &[], 0, LIMIT).unwrap();
+            let v = visible(&bytes, &[], 0, LIMIT).unwrap();
             assert_eq!(offsets(&v), [0, 1, 3], "{name}");
             assert_eq!(v.next_offset, Some(4), "{name}: past the skipped batch");
             let skipped = SkippedBatch {
@@ -400,7 +533,7 @@ pub(crate) mod tests {
             };
             assert_eq!(v.skipped, [skipped], "{name}");
             // Under a bound it fits, the same batch is read.
-            let v = visible_records(&bytes, &[], 0, 3 * LIMIT).unwrap();
+            let v = visible(&bytes, &[], 0, 3 * LIMIT).unwrap();
             assert_eq!(offsets(&v), [0, 1, 2, 3], "{name}");
             assert_eq!(v.records[2].value.as_ref().unwrap().len(), 2 * LIMIT);
             assert!(v.skipped.is_empty(), "{name}");
@@ -419,15 +552,15 @@ pub(crate) mod tests {
             at(3, bomb_batch(Compression::Gzip, b"c", part)),
             at(4, bomb_batch(Compression::Snappy, b"d", part)),
         ]);
-        let first = visible_records(&bytes, &[], 0, LIMIT).unwrap();
+        let first = visible(&bytes, &[], 0, LIMIT).unwrap();
         assert_eq!(offsets(&first), [0, 1, 2, 3]);
         assert_eq!(first.next_offset, Some(4));
-        let rest = visible_records(&bytes, &[], 4, LIMIT).unwrap();
+        let rest = visible(&bytes, &[], 4, LIMIT).unwrap();
         assert_eq!(offsets(&rest), [4]);
         assert_eq!(rest.next_offset, Some(5));
         // Under a bound of one byte every compressed batch is stepped over
         // (nothing kept, nothing to wait for) and the plain one read.
-        let tiny = visible_records(&bytes, &[], 0, 1).unwrap();
+        let tiny = visible(&bytes, &[], 0, 1).unwrap();
         assert_eq!(offsets(&tiny), [2]);
         assert_eq!((tiny.next_offset, tiny.skipped.len()), (Some(5), 4));
     }
@@ -443,7 +576,7 @@ pub(crate) mod tests {
         let mut from = 0;
         let mut fetches = Vec::new();
         while from < 151 {
-            let v = visible_records(&bytes, &[], from, bound).unwrap();
+            let v = visible(&bytes, &[], from, bound).unwrap();
             fetches.push((v.skipped.len(), offsets(&v)));
             from = v.next_offset.unwrap();
         }
@@ -493,10 +626,10 @@ pub(crate) mod tests {
             aborted.freeze(),
             batch(1, 1, 7, true, Some(true), Compression::None),
         ]);
-        let v = visible_records(&bytes, &[(7, 0)], 0, LIMIT).unwrap();
+        let v = visible(&bytes, &[(7, 0)], 0, LIMIT).unwrap();
         assert!(v.records.is_empty() && v.skipped.is_empty(), "{v:?}");
         assert_eq!(v.next_offset, Some(2));
-        let err = visible_records(&bytes, &[], 0, LIMIT).unwrap_err();
+        let err = visible(&bytes, &[], 0, LIMIT).unwrap_err();
         assert!(err.contains("zstd"), "read when not aborted: {err}");
     }
 
@@ -515,15 +648,65 @@ pub(crate) mod tests {
         // test process aborts reserving them (over 300 GiB).
         for codec in [Compression::None, Compression::Zstd] {
             let bytes = declaring(batch(0, 1, -1, false, None, codec), i32::MAX);
-            let err = visible_records(&bytes, &[], 0, LIMIT).unwrap_err();
+            let err = visible(&bytes, &[], 0, LIMIT).unwrap_err();
             assert!(err.contains("2147483647 elements declared"), "{err}");
         }
+    }
+
+    #[test]
+    fn headers_are_stepped_over_and_a_length_past_the_record_is_an_error() {
+        let mut record = Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence: -1,
+            timestamp: 0,
+            key: Some(Bytes::from_static(b"k0")),
+            value: None,
+            headers: Default::default(),
+        };
+        for i in 0..50 {
+            record.headers.insert(
+                format!("h{i}").into(),
+                Some(Bytes::from_static(b"header value")),
+            );
+        }
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, [&record], &options).unwrap();
+        let v = visible(&buf.clone().freeze(), &[], 0, LIMIT).unwrap();
+        assert_eq!(v.records.len(), 1);
+        assert_eq!(
+            (&v.records[0].key[..], v.records[0].value.as_ref()),
+            (&b"k0"[..], None)
+        );
+        // The first header's value declares 2^30 bytes: an error, nothing
+        // allocated for it.
+        let mut forged = buf.to_vec();
+        let at = forged
+            .windows(3)
+            .position(|w| w == b"h0\x18")
+            .expect("the first header")
+            + 2;
+        forged[at..at + 5].copy_from_slice(&[0x80, 0x80, 0x80, 0x80, 0x08]);
+        let crc = crc32c::crc32c(&forged[21..]);
+        forged[17..21].copy_from_slice(&crc.to_be_bytes());
+        let err = visible(&Bytes::from(forged), &[], 0, LIMIT).unwrap_err();
+        assert!(err.contains("header value declares"), "{err}");
     }
 
     proptest::proptest! {
         #[test]
         fn arbitrary_bytes_never_panic(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
-            let _ = visible_records(&Bytes::from(data), &[(1, 0)], 0, LIMIT);
+            let _ = visible(&Bytes::from(data), &[(1, 0)], 0, LIMIT);
         }
     }
 }

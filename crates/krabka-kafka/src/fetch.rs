@@ -52,6 +52,25 @@ pub const LATEST: i64 = -1;
 pub const EARLIEST: i64 = -2;
 /// Most bytes asked of one partition per fetch.
 const PARTITION_MAX_BYTES: i32 = 4 * 1024 * 1024;
+/// Most partitions whose bytes a fetch asks for in all.
+const FETCH_MAX_PARTITIONS: usize = 16;
+
+/// The most bytes a fetch of `partitions` asks for in all (its
+/// `max_bytes`): also the most its answer's decoded records may take, each
+/// partition an equal share ([`record_room`]).
+fn fetch_max_bytes(partitions: usize) -> i32 {
+    PARTITION_MAX_BYTES.saturating_mul(partitions.clamp(1, FETCH_MAX_PARTITIONS) as i32)
+}
+
+/// The bytes the decoded records of one partition of an answer to a fetch
+/// of `partitions` may take. Decoded, a record takes up to ten times its
+/// bytes (`batch`): without this share, a 64 MiB answer of small records
+/// would decode to over 600 MiB. With it, an answer's records take no more
+/// than the answer was allowed to weigh; the rest is read by the next
+/// fetches.
+fn record_room(partitions: usize) -> usize {
+    usize::try_from(fetch_max_bytes(partitions)).unwrap_or(0) / partitions.max(1)
+}
 /// A read's leader is confirmed by another broker first unless a
 /// confirmation younger than this stands.
 const READ_CONFIRMED_WITHIN: Duration = Duration::from_secs(1);
@@ -219,7 +238,7 @@ fn build_fetch(topic: &str, positions: &[FetchPosition], max_wait: Duration) -> 
         .with_replica_id(BrokerId(-1))
         .with_max_wait_ms(i32::try_from(max_wait.as_millis()).unwrap_or(i32::MAX))
         .with_min_bytes(1)
-        .with_max_bytes(PARTITION_MAX_BYTES.saturating_mul(positions.len().min(16) as i32))
+        .with_max_bytes(fetch_max_bytes(positions.len()))
         .with_isolation_level(READ_COMMITTED)
         .with_session_id(0)
         .with_session_epoch(-1)
@@ -244,8 +263,9 @@ fn build_fetch(topic: &str, positions: &[FetchPosition], max_wait: Duration) -> 
 }
 
 /// Per position, the committed records a Fetch answer (from `addr`) holds
-/// at or above its offset, no batch decompressed past `limit` bytes, or
-/// the partition's error. The outer error is the request's as a whole.
+/// at or above its offset, no batch decompressed past `limit` bytes and no
+/// more than each partition's [`record_room`], or the partition's error.
+/// The outer error is the request's as a whole.
 fn parse_fetch(
     response: FetchResponse,
     addr: &str,
@@ -256,6 +276,7 @@ fn parse_fetch(
     if response.error_code != 0 {
         return Err(KafkaError::broker("Fetch", response.error_code, None));
     }
+    let room = record_room(positions.len());
     let mut data: HashMap<i32, PartitionData> = response
         .responses
         .into_iter()
@@ -277,7 +298,7 @@ fn parse_fetch(
                 Some(data) if data.error_code != 0 => {
                     Err(KafkaError::broker("Fetch", data.error_code, None))
                 }
-                Some(data) => chunk_of(data, position.offset, limit)
+                Some(data) => chunk_of(data, position.offset, limit, room)
                     .map_err(|reason| protocol(format!("{topic}-{partition}: {reason}"))),
             };
             for skipped in chunk.iter().flat_map(|c| &c.skipped) {
@@ -297,8 +318,14 @@ fn parse_fetch(
 }
 
 /// The visible part of one partition's fetched data, read from `offset`,
-/// no batch decompressed past `limit` bytes.
-fn chunk_of(data: PartitionData, offset: i64, limit: usize) -> Result<FetchChunk, String> {
+/// no batch decompressed past `limit` bytes, its records taking at most
+/// `room` bytes.
+fn chunk_of(
+    data: PartitionData,
+    offset: i64,
+    limit: usize,
+    room: usize,
+) -> Result<FetchChunk, String> {
     let aborted: Vec<(i64, i64)> = data
         .aborted_transactions
         .unwrap_or_default()
@@ -306,7 +333,7 @@ fn chunk_of(data: PartitionData, offset: i64, limit: usize) -> Result<FetchChunk
         .map(|a| (a.producer_id.0, a.first_offset))
         .collect();
     let visible = match &data.records {
-        Some(bytes) => visible_records(bytes, &aborted, offset, limit)?,
+        Some(bytes) => visible_records(bytes, &aborted, offset, limit, room)?,
         None => Default::default(),
     };
     Ok(FetchChunk {
@@ -534,6 +561,64 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 52 (6): decoded, a record takes several times its bytes (72
+    /// bytes a `LogRecord`, more as kafka-protocol's `Record`): an answer
+    /// of small records decoded whole takes several times the frame.
+    /// Each partition's chunk keeps what its share of the fetch's
+    /// `max_bytes` holds, stopping within a batch if need be, and the
+    /// fetches after it read on from there: every record once, in order.
+    /// Before, one chunk held all 100,000 records (7 MiB of them, after
+    /// 100,000 kafka-protocol `Record`s at once).
+    #[test]
+    fn an_answer_of_small_records_decodes_to_no_more_than_its_share_of_the_fetch() {
+        use kafka_protocol::messages::fetch_response::FetchableTopicResponse;
+        use kafka_protocol::records::Compression;
+        const RECORDS: i64 = 100_000;
+        let room = PARTITION_MAX_BYTES as usize;
+        let per_record = std::mem::size_of::<LogRecord>();
+        for codec in [Compression::Zstd, Compression::None] {
+            let bytes = crate::batch::tests::batch(0, RECORDS, -1, false, None, codec);
+            assert!(
+                RECORDS as usize * per_record > room + room / 2,
+                "decoded whole, well past it"
+            );
+            let (mut from, mut fetches) = (0, 0);
+            while from < RECORDS {
+                let response = FetchResponse::default().with_responses(vec![
+                    FetchableTopicResponse::default()
+                        .with_topic(TopicName(StrBytes::from_static_str("t")))
+                        .with_partitions(vec![
+                            PartitionData::default()
+                                .with_partition_index(0)
+                                .with_records(Some(bytes.clone()))
+                                .with_last_stable_offset(RECORDS)
+                                .with_high_watermark(RECORDS),
+                        ]),
+                ]);
+                let position = FetchPosition {
+                    partition: 0,
+                    offset: from,
+                    leader_epoch: -1,
+                };
+                let mut chunks =
+                    parse_fetch(response, "b:9092", "t", &[position], 8 << 20).unwrap();
+                let chunk = chunks.remove(0).1.unwrap();
+                assert!(
+                    chunk.records.len() * per_record <= room + per_record,
+                    "{codec:?}: {} records decoded in one chunk",
+                    chunk.records.len()
+                );
+                let offsets: Vec<i64> = chunk.records.iter().map(|r| r.offset).collect();
+                let next = chunk.next_offset.unwrap();
+                assert_eq!(offsets, (from..next).collect::<Vec<_>>(), "{codec:?}");
+                from = next;
+                fetches += 1;
+            }
+            assert_eq!(from, RECORDS);
+            assert!(fetches >= 2, "{codec:?}: {fetches}");
+        }
+    }
 
     fn chunk(next: Option<i64>, lso: i64) -> FetchChunk {
         FetchChunk {
