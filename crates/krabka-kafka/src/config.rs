@@ -83,8 +83,9 @@ impl ClientConfig {
     }
 }
 
-/// A broker by id and address.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// A broker by id and address (ordered, so that maps of brokers are
+/// walked in one order: a simulation's seed decides a run, not a hasher).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Broker {
     /// The broker's node id.
     pub id: i32,

@@ -26,7 +26,7 @@
 //! warn with its partition and offsets, and reported with the read
 //! ([`FetchChunk::skipped`]); the read goes on after it (`batch`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use kafka_protocol::messages::{
@@ -368,8 +368,8 @@ impl Reader<'_> {
         &self,
         topic: &str,
         partitions: &[(i32, i64)],
-    ) -> (HashMap<Broker, Vec<FetchPosition>>, Vec<(i32, KafkaError)>) {
-        let mut groups: HashMap<Broker, Vec<FetchPosition>> = HashMap::new();
+    ) -> (BTreeMap<Broker, Vec<FetchPosition>>, Vec<(i32, KafkaError)>) {
+        let mut groups: BTreeMap<Broker, Vec<FetchPosition>> = BTreeMap::new();
         let mut errors = Vec::new();
         for &(partition, offset) in partitions {
             match self.client.metadata().leader(topic, partition).await {

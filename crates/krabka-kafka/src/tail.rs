@@ -25,7 +25,7 @@
 //! high watermark it has read up to (`settled`): behind a hanging
 //! transaction the instant stays where it began.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -104,7 +104,7 @@ impl Reader<'_> {
 impl Tailer {
     async fn run(mut self) {
         let mut polls: JoinSet<Polled> = JoinSet::new();
-        let mut busy: HashMap<Broker, Poll> = HashMap::new();
+        let mut busy: BTreeMap<Broker, Poll> = BTreeMap::new();
         let tick = self
             .long_poll
             .clamp(Duration::from_millis(100), Duration::from_secs(1));
@@ -139,7 +139,7 @@ impl Tailer {
     async fn schedule(
         &mut self,
         polls: &mut JoinSet<Polled>,
-        busy: &mut HashMap<Broker, Poll>,
+        busy: &mut BTreeMap<Broker, Poll>,
     ) -> bool {
         let now = Instant::now();
         let polling: Vec<i32> = busy
@@ -328,7 +328,7 @@ impl Tailer {
 
     /// Abandons overdue polls whose partitions have moved to another
     /// leader, so they are read from the new one now.
-    async fn abandon_moved(&mut self, busy: &mut HashMap<Broker, Poll>) {
+    async fn abandon_moved(&mut self, busy: &mut BTreeMap<Broker, Poll>) {
         let overdue: Vec<Broker> = busy
             .iter()
             .filter(|(_, p)| p.started.elapsed() > self.long_poll + OVERDUE_MARGIN)
