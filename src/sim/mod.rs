@@ -98,9 +98,16 @@ pub(crate) const REGRESSIONS: &[(u64, &str)] = &[
 
 /// Runs `seed` and checks it: `Err` the report of a failure.
 pub(crate) fn run_seed(seed: u64) -> Result<Summary, String> {
+    run_seed_then(seed, |_| {})
+}
+
+/// [`run_seed`], handing the run to `look` before it is checked (a replay's
+/// dump: from this run, not from another one after it on the thread).
+fn run_seed_then(seed: u64, look: impl FnOnce(&world::Run)) -> Result<Summary, String> {
     let plan = schedule::plan(seed);
     let started = Instant::now();
     let run = world::run(&plan).map_err(|e| report(&plan, &[e]))?;
+    look(&run);
     let violations = check::check(&plan, &run);
     if !violations.is_empty() {
         let mut lines: Vec<String> = violations
@@ -116,6 +123,36 @@ pub(crate) fn run_seed(seed: u64) -> Result<Summary, String> {
     Ok(Summary::of(&run, started.elapsed()))
 }
 
+/// FNV-1a over what is written to it: the same value in every process,
+/// build and machine (std's `RandomState` hashers are keyed per process).
+struct Fnv(u64);
+
+impl std::fmt::Write for Fnv {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0 = s.bytes().fold(self.0, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        Ok(())
+    }
+}
+
+/// A digest of everything a run hands back, in order: what the observers
+/// saw, what the model knows happened, every request the brokers were
+/// asked, every write refused. Two runs of one seed with equal digests had
+/// one history; the summary prints it, so runs in other processes (alone,
+/// within a range, from `--sim-seed`) compare by it.
+fn digest(run: &world::Run) -> u64 {
+    use std::fmt::Write;
+    let mut fnv = Fnv(0xcbf2_9ce4_8422_2325);
+    // Writing to `Fnv` cannot fail.
+    let _ = write!(
+        fnv,
+        "{:?}{:?}{:?}{:?}",
+        run.history, run.truth, run.requests, run.refused
+    );
+    fnv.0
+}
+
 /// What a run that passed did.
 #[derive(Debug)]
 pub(crate) struct Summary {
@@ -125,6 +162,8 @@ pub(crate) struct Summary {
     events: usize,
     pairs: usize,
     refused: usize,
+    /// [`digest`] of the run.
+    digest: u64,
     took: std::time::Duration,
 }
 
@@ -132,13 +171,14 @@ impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} checks ({} verdicts), {} views, {} stream events, {} pairs minted, {} writes refused; {:.1} s",
+            "{} checks ({} verdicts), {} views, {} stream events, {} pairs minted, {} writes refused; history {:016x}; {:.1} s",
             self.checks,
             self.verdicts,
             self.views,
             self.events,
             self.pairs,
             self.refused,
+            self.digest,
             self.took.as_secs_f64()
         )
     }
@@ -158,6 +198,7 @@ impl Summary {
             events: h.events.len(),
             pairs: run.truth.held.len(),
             refused: run.refused.len(),
+            digest: digest(run),
             took,
         }
     }
@@ -269,13 +310,32 @@ mod tests {
             }
             let plan = schedule::plan(seed);
             eprintln!("{plan}");
-            if std::env::var_os("KRABKA_SIM_DUMP").is_some() {
-                let run = world::run(&plan).unwrap();
-                for e in &run.history.events {
-                    eprintln!("{e:?}");
+            let dump = |run: &world::Run| {
+                if std::env::var_os("KRABKA_SIM_DUMP").is_some() {
+                    for e in &run.history.events {
+                        eprintln!("{e:?}");
+                    }
                 }
-            }
-            match run_seed(seed) {
+                if let Some(path) = std::env::var_os("KRABKA_SIM_HISTORY") {
+                    let mut out = String::new();
+                    for r in &run.requests {
+                        out.push_str(&format!("request {r:?}\n"));
+                    }
+                    for c in &run.history.checks {
+                        out.push_str(&format!("{c:?}\n"));
+                    }
+                    for v in &run.history.views {
+                        out.push_str(&format!("{v:?}\n"));
+                    }
+                    for e in &run.history.events {
+                        out.push_str(&format!("{e:?}\n"));
+                    }
+                    if let Err(e) = std::fs::write(&path, out) {
+                        eprintln!("KRABKA_SIM_HISTORY: {e}");
+                    }
+                }
+            };
+            match run_seed_then(seed, dump) {
                 Ok(summary) => eprintln!("seed {seed} passed: {summary}"),
                 Err(report) => panic!("{report}"),
             }
@@ -283,7 +343,10 @@ mod tests {
         }
         let count = var("KRABKA_SIM_SEEDS").unwrap_or(100);
         let first = var("KRABKA_SIM_FIRST").unwrap_or_else(|| rand::random::<u32>().into());
-        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = var("KRABKA_SIM_THREADS")
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|n| *n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         eprintln!(
             "seeds {first} to {} on {workers} threads",
             first + count - 1
