@@ -128,10 +128,30 @@ struct Members {
     leased: BTreeSet<&'static str>,
 }
 
+/// This thread's draws seeded and its clocks the simulation's (suspends
+/// from zero) while a run lasts; both put back when it ends, also when it
+/// fails or panics, so nothing of one seed's run reaches the next one on
+/// the thread (the range runner's, the fast tier's).
+struct SimulatedThread;
+
+impl SimulatedThread {
+    fn start(seed: u64) -> SimulatedThread {
+        host::seed_draws(Some(seed));
+        simulate_host(true);
+        SimulatedThread
+    }
+}
+
+impl Drop for SimulatedThread {
+    fn drop(&mut self) {
+        host::seed_draws(None);
+        simulate_host(false);
+    }
+}
+
 /// Runs `plan` to its end.
 pub(super) fn run(plan: &Plan) -> Result<Run, String> {
-    host::seed_draws(Some(plan.seed));
-    simulate_host(true);
+    let _thread = SimulatedThread::start(plan.seed);
     let mut sim = turmoil::Builder::new()
         .simulation_duration(plan.duration + Duration::from_secs(60))
         .tick_duration(Duration::from_millis(5))
@@ -293,8 +313,6 @@ pub(super) fn run(plan: &Plan) -> Result<Run, String> {
             Err(e) => return Err(format!("the simulation failed at {now:?}: {e}")),
         }
     }
-    host::seed_draws(None);
-    simulate_host(false);
     let history = std::mem::take(&mut *history.lock().unwrap());
     Ok(Run {
         history,
