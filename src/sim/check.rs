@@ -29,8 +29,8 @@ use std::time::Duration;
 use super::history::{Answer, Check, History, StreamEvent};
 use super::schedule::{Event, Plan};
 use super::world::Run;
-use crate::coordination::role_partition;
 use crate::kafka::fake::model::Truth;
+use crate::kafka::fake::model::hashing::role_partition;
 
 /// How long after the faults healed every check must be answered right:
 /// a broker's session timeout (9 s, after which a dead coordinator's roles
@@ -349,7 +349,7 @@ fn check_views(
         {
             continue;
         }
-        let partition = role_partition(view.role, 2).unwrap_or(0);
+        let partition = role_partition(view.role, 2);
         let newer = visible
             .get(&(cluster.as_str(), partition))
             .into_iter()
@@ -381,7 +381,7 @@ fn check_streams(history: &History, truth: &Truth, found: &mut Vec<Violation>) {
         by_role.entry(e.role).or_default().push(e);
     }
     for (role, events) in by_role {
-        let partition = role_partition(role, 2).unwrap_or(0);
+        let partition = role_partition(role, 2);
         // Where the stream stands: the cluster (`None`: whichever its
         // next event names) and the last offset it delivered (or that its
         // snapshot included).

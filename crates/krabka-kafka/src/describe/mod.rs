@@ -228,6 +228,7 @@ use krabka_coordination::time::boot_now;
 use wire::{build_describe, parse_describe};
 
 #[cfg(any(test, feature = "fake"))]
+#[cfg(test)]
 pub(crate) use wire::partition_for;
 
 /// The longest time from taking a batch to receiving a confirmation that

@@ -61,6 +61,7 @@
 //!   a new cluster id, empty logs, producer id blocks from 0 again.
 
 mod answers;
+pub mod hashing;
 mod topic;
 
 use std::collections::BTreeMap;
@@ -97,7 +98,7 @@ pub fn replicas_of(part: Part, nodes: &[i32], rf: usize) -> Vec<i32> {
 /// `partitions` (`TransactionStateManager.partitionFor`): a schedule drawn
 /// before any model aims its faults at a role's coordinator with it.
 pub fn txn_partition_of(transactional_id: &str, partitions: i32) -> i32 {
-    crate::describe::partition_for(transactional_id, partitions.max(1) as usize) as i32
+    hashing::txn_partition(transactional_id, partitions)
 }
 
 /// A partition of `__transaction_state` or of the coordination topic.
@@ -851,7 +852,7 @@ impl Data {
 
     /// The role's latest record in `__transaction_state`.
     fn current(&self, partitions: i32, role: &str) -> Option<TxnValue> {
-        let p = crate::describe::partition_for(role, partitions as usize) as i32;
+        let p = hashing::txn_partition(role, partitions);
         latest(&self.txn[&p], self.txn[&p].len(), role)
     }
 
@@ -886,11 +887,11 @@ impl State {
     }
 
     fn txn_part(&self, role: &str) -> i32 {
-        crate::describe::partition_for(role, self.settings.txn_partitions as usize) as i32
+        hashing::txn_partition(role, self.settings.txn_partitions)
     }
 
     fn topic_part(&self, role: &str) -> i32 {
-        krabka_coordination::role_partition(role, self.settings.topic_partitions).unwrap_or(0)
+        hashing::role_partition(role, self.settings.topic_partitions)
     }
 
     fn parts(&self) -> Vec<Part> {
