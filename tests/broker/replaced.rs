@@ -292,13 +292,15 @@ async fn a_cluster_reformatted_on_its_ports_is_never_answered_from_an_old_ones_c
             }
         };
         // The old cluster's cache holds the superseded token, and so does
-        // the client crate's memory.
+        // the client crate's memory (trusted from a fresh verdict: the
+        // current token's; a cached answer renews no trust).
         let primed = verdict(stale).await;
         assert_eq!(primed.0.as_deref(), Some("superseded"), "{generation}");
         assert_eq!(
             verdict(stale).await,
             (Some("superseded".into()), Some(true))
         );
+        authority.check(&role, old[1]).await;
         authority.check(&role, stale).await;
         let again = authority.check(&role, stale).await;
         assert!(
