@@ -373,10 +373,16 @@ impl Epochs {
         }
         let now = Instant::now();
         let mut inner = lock(&self.inner);
-        let mut probes = inner
+        let mut due: Vec<(&String, &mut Behind)> = inner
             .stale
             .iter_mut()
             .filter(|(_, b)| b.probe.is_open(now))
+            .collect();
+        // By address, not in the map's order: each shut draws its jitter,
+        // so the order decides which broker gets which draw (a simulation's
+        // seed decides a run, not a hasher).
+        due.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        due.into_iter()
             .map(|(addr, b)| {
                 b.probe.shut(now);
                 let mut topics: Vec<String> = b.on.iter().map(|(t, _)| t.clone()).collect();
@@ -384,10 +390,7 @@ impl Epochs {
                 topics.dedup();
                 (addr.clone(), topics)
             })
-            .collect::<Vec<_>>();
-        // By address, not in the map's order.
-        probes.sort();
-        probes
+            .collect()
     }
 
     /// The instant a read of `topic`-`partition` under leader epoch `epoch`
