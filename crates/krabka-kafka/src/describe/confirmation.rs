@@ -62,6 +62,9 @@ fn confirm(
             reason: format!("the answer for {id:?} is not confirmed: {reason}"),
         });
     }
+    // By id, not in the map's order: the lessons and warnings follow (a
+    // simulation's seed decides a run, not a hasher).
+    moved.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     (moved, unproven)
 }
 
