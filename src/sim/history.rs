@@ -9,6 +9,8 @@ use std::time::Duration;
 pub(super) enum Asker {
     /// `GET /roles/{role}/authority` of the service.
     Service,
+    /// An item of `POST /authority/check` of the service.
+    Batch,
     /// The `check` subcommand's path: a fresh client, one check.
     Cli,
 }

@@ -1,7 +1,8 @@
 //! The observers, simulated hosts of their own: one asks the service over
 //! HTTP (checks of tokens current, deposed, not yet minted, of other
-//! producer ids and of replaced clusters; roster views; an event stream
-//! per role, reopened from its last id when it ends), one runs the `check`
+//! producer ids and of replaced clusters, alone and in batches of roles in
+//! no sorted order; roster views; an event stream per role, reopened from
+//! its last id when it ends), one runs the `check`
 //! subcommand's path (a fresh Kafka client per check, bootstrapped from
 //! one broker or all). Everything seen goes to the history, stamped with
 //! simulated time.
@@ -10,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Empty, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use rand::rngs::StdRng;
@@ -127,6 +128,80 @@ async fn request(
     Ok((status, body.to_bytes()))
 }
 
+/// One POST of a JSON `body` on a new connection to the service: status
+/// and body, or why none came (within 15 s).
+async fn post(path: &str, body: Vec<u8>) -> Result<(u16, Bytes), String> {
+    let asked = async {
+        let stream = host::connect(SERVICE).await.map_err(|e| e.to_string())?;
+        let (mut send, connection) =
+            hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(stream))
+                .await
+                .map_err(|e| e.to_string())?;
+        tokio::spawn(connection);
+        let request = hyper::Request::post(path)
+            .header("host", "service")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| e.to_string())?;
+        let response = send
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((status, body.to_bytes()))
+    };
+    tokio::time::timeout(Duration::from_secs(15), asked)
+        .await
+        .unwrap_or_else(|_| Err("no answer within 15 s".into()))
+}
+
+/// The answers of a batch of `asked` (role, token) items, in the order
+/// asked, from the service's `status` and `body`. An item that names
+/// another role or token than the one asked in its place is answered with
+/// a verdict no truth allows, which the checker reports.
+fn batch_answers(asked: &[(&'static str, (i64, i16))], status: u16, body: &[u8]) -> Vec<Answer> {
+    let json: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let Some(results) = json["results"].as_array().filter(|_| status == 200) else {
+        let whole = answered(status, body);
+        return asked.iter().map(|_| whole.clone()).collect();
+    };
+    asked
+        .iter()
+        .enumerate()
+        .map(|(i, (role, token))| {
+            let Some(item) = results.get(i) else {
+                return Answer::Other(format!("no answer for item {i}"));
+            };
+            let named = (item["role"].as_str(), pair(item.get("token")));
+            if named != (Some(*role), Some(*token)) {
+                return Answer::Verdict {
+                    status: 200,
+                    verdict: Verdict {
+                        verdict: format!("item {i} answered for {named:?}"),
+                        current: None,
+                        superseded_by: None,
+                        cached: false,
+                        cluster: item["cluster"].as_str().unwrap_or("?").to_owned(),
+                    },
+                };
+            }
+            let status = item["status"].as_u64().unwrap_or(0) as u16;
+            let item = if status == 503 {
+                // A problem's detail sits in its `problem`.
+                item.get("problem").cloned().unwrap_or_default()
+            } else {
+                item.clone()
+            };
+            answered(status, item.to_string().as_bytes())
+        })
+        .collect()
+}
+
 /// The answer of a check of the service, as the history has it.
 fn answered(status: u16, body: &[u8]) -> Answer {
     let json: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
@@ -161,8 +236,48 @@ pub(super) async fn service_observer(
         .map(|&role| tokio::spawn(stream(role, history.clone(), until)))
         .collect();
     let mut next_view = Duration::ZERO;
+    let mut next_batch = Duration::ZERO;
     let mut asked = tokio::task::JoinSet::new();
     while now() < until {
+        if now() >= next_batch {
+            // Two to five items, roles drawn in any order (a role may come
+            // twice): answered item by item, in the order asked.
+            let items: Vec<(&'static str, (i64, i16))> = (0..rng.random_range(2..=5))
+                .map(|_| {
+                    let role = ROLES[rng.random_range(0..ROLES.len())];
+                    (role, choose(&mut rng, &model, role))
+                })
+                .collect();
+            let history = history.clone();
+            asked.spawn(async move {
+                let sent = now();
+                let body = serde_json::Value::Array(
+                    items
+                        .iter()
+                        .map(|(role, (id, epoch))| {
+                            serde_json::json!({"role": role, "token": format!("{id}:{epoch}")})
+                        })
+                        .collect(),
+                );
+                let answers = match post("/authority/check", body.to_string().into_bytes()).await {
+                    Ok((status, body)) => batch_answers(&items, status, &body),
+                    Err(why) => items.iter().map(|_| Answer::Other(why.clone())).collect(),
+                };
+                let received = now();
+                let mut history = history.lock().unwrap();
+                for ((role, token), answer) in items.into_iter().zip(answers) {
+                    history.checks.push(Check {
+                        asker: Asker::Batch,
+                        role,
+                        token,
+                        sent,
+                        received,
+                        answer,
+                    });
+                }
+            });
+            next_batch = now() + Duration::from_millis(rng.random_range(100..300));
+        }
         let role = ROLES[rng.random_range(0..ROLES.len())];
         let token = choose(&mut rng, &model, role);
         let checks = history.clone();
