@@ -10,8 +10,9 @@
 //! One seed gives one history: the schedule, turmoil's network and host
 //! order, the Kafka client's random draws (`krabka_kafka::host`) and
 //! tokio's own (built with `--cfg tokio_unstable`, `.cargo/config.toml`:
-//! turmoil seeds each runtime) all come from it, and nothing reads the
-//! real clock. A failure prints the seed, its schedule, what broke, and
+//! turmoil seeds each runtime) all come from it, each run's tokio task ids
+//! start where a fresh process's do (`world::align_task_ids`), and nothing
+//! reads the real clock. A failure prints the seed, its schedule, what broke, and
 //! the command that replays it (`scripts/test --sim-seed SEED`).
 //!
 //! The fast tier runs [`FAST_SEEDS`] seeds; `scripts/test --sim N` runs N
