@@ -260,9 +260,11 @@ mod tests {
         }
     }
 
-    /// The seed [`one_seed_gives_one_history_however_it_is_run`] runs: the
-    /// one whose history once depended on how it was run (issue 52).
+    /// The seeds [`one_seed_gives_one_history_however_it_is_run`] runs:
+    /// each once ran to another history by how it was run (issue 52): 4 by
+    /// the process's hash keys; 14 after seed 13, by tokio's task ids.
     const REPLAYED: u64 = 4;
+    const REPLAYED_ACROSS: u64 = 14;
 
     /// The digest in the summary line a run of `seed` printed.
     fn digest_in(output: &str, seed: u64) -> Option<String> {
@@ -276,9 +278,9 @@ mod tests {
             .map(|rest| rest.chars().take_while(char::is_ascii_hexdigit).collect())
     }
 
-    /// Runs this test binary again, in a process of its own, through the
+    /// Starts this test binary again, in a process of its own, through the
     /// entry point of `scripts/test --sim` and `--sim-seed`, with `vars`.
-    fn in_another_process(vars: &[(&str, String)]) -> String {
+    fn in_another_process(vars: &[(&str, String)]) -> std::process::Child {
         let exe = std::env::current_exe().expect("the test binary's path");
         let mut command = std::process::Command::new(exe);
         command.args([
@@ -293,37 +295,20 @@ mod tests {
             }
         }
         command.envs(vars.iter().map(|(k, v)| (k, v)));
-        let out = command.output().expect("the test binary runs");
-        let text = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(out.status.success(), "{vars:?} failed:\n{text}");
-        text
+        command
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the test binary runs")
     }
 
-    /// One seed, one history, however it is run: in this process after
-    /// another seed on the same thread (the fast tier runs its seeds in
-    /// turn, beside other tests), and in processes of their own alone from
-    /// the range runner (`--sim 1`), within a range where it is not first,
-    /// and from `--sim-seed`. Each compares by the digest of the whole run
-    /// (every check, view, stream event, request to a broker and pair
-    /// minted, in order). A history that depends on a hasher's keys (std's
-    /// `RandomState` is keyed per process, and per map on a thread), a
-    /// thread's leftovers or the real clock differs between these.
-    #[test]
-    fn one_seed_gives_one_history_however_it_is_run() {
-        let seed = REPLAYED;
-        // In this process: another seed first, on this thread.
-        run_seed(seed - 1).unwrap();
-        let mut here = None;
-        run_seed_then(seed, |run| here = Some(format!("{:016x}", digest(run)))).unwrap();
-        let here = here.unwrap();
-        let ways: [(&str, Vec<(&str, String)>); 3] = [
-            (
-                "alone (scripts/test --sim 1, from it)",
-                vec![
-                    ("KRABKA_SIM_SEEDS", "1".into()),
-                    ("KRABKA_SIM_FIRST", seed.to_string()),
-                ],
-            ),
+    /// A process's environment: (variable, value).
+    type Vars = Vec<(&'static str, String)>;
+
+    /// Ways to run `seed` in processes of their own: within a range on one
+    /// thread where it is not first, and alone from `--sim-seed`.
+    fn ways(seed: u64) -> [(&'static str, Vars); 2] {
+        [
             (
                 "within a range, after another seed on its thread",
                 vec![
@@ -336,21 +321,59 @@ mod tests {
                 "scripts/test --sim-seed",
                 vec![("KRABKA_SIM_SEED", seed.to_string())],
             ),
-        ];
+        ]
+    }
+
+    /// One seed, one history, however it is run: in this process after
+    /// another seed on the same thread (the fast tier runs its seeds in
+    /// turn, beside other tests), and in processes of their own ([`ways`]).
+    /// Each compares by the digest of the whole run (every check, view,
+    /// stream event, request to a broker and pair minted, in order). A
+    /// history that depends on a hasher's keys (std's `RandomState` is
+    /// keyed per process, and per map on a thread), on tokio's task ids
+    /// (numbered for the whole process), a thread's leftovers or the real
+    /// clock differs between these. A second seed is compared across
+    /// processes only: other tests spawn tasks in this one meanwhile, and
+    /// its history depends on the task ids (`world::align_task_ids`).
+    /// The processes run at once, beside this one's seeds.
+    #[test]
+    fn one_seed_gives_one_history_however_it_is_run() {
+        let runs: Vec<(u64, &str, Vars, std::process::Child)> = [REPLAYED, REPLAYED_ACROSS]
+            .into_iter()
+            .flat_map(|seed| ways(seed).map(|way| (seed, way)))
+            .map(|(seed, (way, vars))| {
+                let child = in_another_process(&vars);
+                (seed, way, vars, child)
+            })
+            .collect();
+        // In this process: another seed first, on this thread.
+        run_seed(REPLAYED - 1).unwrap();
+        let mut here = None;
+        run_seed_then(REPLAYED, |run| {
+            here = Some(format!("{:016x}", digest(run)));
+        })
+        .unwrap();
         let mut digests = vec![(
+            REPLAYED,
             "in this process, after another seed on its thread",
-            here.clone(),
+            here.unwrap(),
         )];
-        for (way, vars) in ways {
-            let output = in_another_process(&vars);
+        for (seed, way, vars, child) in runs {
+            let out = child.wait_with_output().expect("the test binary runs");
+            let output = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{vars:?} failed:\n{output}");
             let digest = digest_in(&output, seed)
                 .unwrap_or_else(|| panic!("{way}: no digest of seed {seed} in:\n{output}"));
-            digests.push((way, digest));
+            digests.push((seed, way, digest));
         }
-        assert!(
-            digests.iter().all(|(_, d)| *d == here),
-            "seed {seed} ran to different histories: {digests:#?}"
-        );
+        for seed in [REPLAYED, REPLAYED_ACROSS] {
+            let of: Vec<&(u64, &str, String)> =
+                digests.iter().filter(|(s, _, _)| *s == seed).collect();
+            assert!(
+                of.iter().all(|(_, _, d)| *d == of[0].2),
+                "seed {seed} ran to different histories: {of:#?}"
+            );
+        }
     }
 
     /// Log lines stamped with simulated time.
