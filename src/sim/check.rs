@@ -16,21 +16,29 @@
 //! - **Views.** No view claims to be younger than it is: its `ageMs` is at
 //!   least the time since its partition first held a record (visible to a
 //!   committed reader) past the view's offset, as of the request's sending.
+//!   Its members (in rank order, with their offsets) and its lease are what
+//!   the log held below its offset, by the checker's own fold of the
+//!   model's records (the seed's rules: [`Roster::fold`]).
 //! - **Streams.** Every stream delivers every change of its role in order,
 //!   or says `reset`: between two changes it delivered, the role's partition
-//!   made no change of the role visible that it did not deliver.
+//!   made no change of the role visible that it did not deliver. Each
+//!   change says what its record says (kind, member, holder, token).
 //! - **After the faults heal.** Every check sent [`BOUND`] after the quiet
-//!   began is answered, with the verdict the truth gives.
+//!   began is answered, with the verdict the truth gives; every view is
+//!   answered and at most [`HEALED_VIEW_AGE`] old; every change of the
+//!   cluster then behind the addresses reaches the role's stream within
+//!   [`DELIVER`] of that instant or of its own, whichever is later.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use super::history::{Answer, Check, History, StreamEvent};
+use super::history::{Answer, Check, History, StreamEvent, View};
 use super::schedule::{Event, Plan};
 use super::world::Run;
-use crate::kafka::fake::model::Truth;
+use crate::coordination::{KeyKind, decode_key, decode_lease, is_tombstone};
 use crate::kafka::fake::model::hashing::role_partition;
+use crate::kafka::fake::model::{Truth, Visible};
 
 /// How long after the faults healed every check must be answered right:
 /// a broker's session timeout (9 s, after which a dead coordinator's roles
@@ -48,6 +56,16 @@ const CACHED_CONTACT: Duration = Duration::from_secs(1);
 /// How much below its true age a view's `ageMs` may be: the milliseconds
 /// it is rounded to, both ways.
 const AGE_SLACK_MS: i64 = 2;
+
+/// How old a view may be once the faults healed: the age past which
+/// `/readyz` calls a partition behind (five roster TTLs, 500 ms in the
+/// world: docs/api.md).
+const HEALED_VIEW_AGE: Duration = Duration::from_millis(2_500);
+
+/// How long a change may take to reach its role's stream once the faults
+/// healed: a long poll (half a roster TTL), the fold, the stream's send,
+/// and a stream opened again (200 ms after one ends) with its snapshot.
+const DELIVER: Duration = Duration::from_secs(2);
 
 /// One broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,8 +85,9 @@ type Pair = (i64, i16);
 /// Per (cluster, role): each pair it held from when (`None`: nobody).
 type HeldLines<'a> = BTreeMap<(&'a str, &'a str), Vec<(Duration, Option<Pair>)>>;
 
-/// Per (cluster, partition): each visible record (offset, since, role).
-type VisibleRecords<'a> = BTreeMap<(&'a str, i32), Vec<(i64, Duration, &'a str)>>;
+/// Per (cluster, partition): each visible record, in the order it became
+/// visible.
+type VisibleRecords<'a> = BTreeMap<(&'a str, i32), Vec<&'a Visible>>;
 
 /// The truth, indexed: per cluster and role, every pair in order; when each
 /// cluster answered.
@@ -201,14 +220,24 @@ pub(super) fn check(plan: &Plan, run: &Run) -> Vec<Violation> {
         .max()
         .unwrap_or_default()
         .max(plan.quiet_from);
+    let settled = quiet + BOUND;
     for check in &run.history.checks {
         check_answer(&lines, check, &mut found);
-        if check.sent >= quiet + BOUND {
+        if check.sent >= settled {
             check_settled(&lines, check, &mut found);
         }
     }
-    check_views(&run.history, &run.truth, &lines, &mut found);
-    check_streams(&run.history, &run.truth, &mut found);
+    let visible = visible(&run.truth);
+    check_views(&run.history, &visible, &lines, settled, &mut found);
+    check_streams(&run.history, &visible, &mut found);
+    check_delivered(
+        &run.history,
+        &visible,
+        &lines,
+        settled,
+        plan.duration,
+        &mut found,
+    );
     found
 }
 
@@ -313,25 +342,104 @@ fn check_settled(lines: &Timelines<'_>, check: &Check, found: &mut Vec<Violation
     }
 }
 
-/// The visible records of each partition of each cluster: (offset, since).
+/// The visible records of each partition of each cluster.
 fn visible(truth: &Truth) -> VisibleRecords<'_> {
     let mut out: VisibleRecords<'_> = BTreeMap::new();
     for t in &truth.topics {
         out.entry((t.cluster.as_str(), t.partition))
             .or_default()
-            .extend(t.visible.iter().map(|v| (v.offset, v.at, v.role.as_str())));
+            .extend(t.visible.iter());
     }
     out
 }
 
+/// The visible records of `role` in `cluster`.
+fn records_of<'a>(visible: &VisibleRecords<'a>, cluster: &str, role: &str) -> Vec<&'a Visible> {
+    visible
+        .get(&(cluster, role_partition(role, 2)))
+        .into_iter()
+        .flatten()
+        .copied()
+        .filter(|v| v.role == role)
+        .collect()
+}
+
+/// A record as the checker reads it: which kind, which member (a
+/// registration's), its lease (member and pair) unless a tombstone. The
+/// bytes are decoded with the library's decoders (held to the golden
+/// vectors by their own tests); what the records mean together is the
+/// checker's own ([`Roster::fold`]).
+#[derive(Debug)]
+struct Read {
+    kind: KeyKind,
+    member: String,
+    lease: Option<(String, Pair)>,
+    tombstone: bool,
+}
+
+fn read(v: &Visible) -> Option<Read> {
+    let key = decode_key(&v.key).ok()?;
+    let tombstone = is_tombstone(v.value.as_deref());
+    let lease = match (key.kind, &v.value) {
+        (KeyKind::Lease, Some(value)) if !tombstone => {
+            let l = decode_lease(value).ok()?;
+            Some((l.member, (l.token.producer_id(), l.token.producer_epoch())))
+        }
+        _ => None,
+    };
+    Some(Read {
+        kind: key.kind,
+        member: key.member,
+        lease,
+        tombstone,
+    })
+}
+
+/// What the log says of a role below an offset.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Roster {
+    /// Members in rank order, each with its registration's offset.
+    members: Vec<(String, i64)>,
+    lease: Option<(String, Pair)>,
+}
+
+impl Roster {
+    /// The seed's rules, in offset order: a registration puts its member
+    /// at the tail with its offset (a member registering again moves
+    /// there), its tombstone removes it; a lease record is the lease, its
+    /// tombstone clears it.
+    fn fold<'a>(records: impl Iterator<Item = &'a Visible>, below: i64) -> Roster {
+        let mut records: Vec<&Visible> = records.filter(|v| v.offset < below).collect();
+        records.sort_by_key(|v| v.offset);
+        let mut roster = Roster::default();
+        for v in records {
+            let Some(r) = read(v) else { continue };
+            match r.kind {
+                KeyKind::Registration => {
+                    roster.members.retain(|(m, _)| *m != r.member);
+                    if !r.tombstone {
+                        roster.members.push((r.member, v.offset));
+                    }
+                }
+                KeyKind::Lease => roster.lease = r.lease,
+            }
+        }
+        roster
+    }
+}
+
 fn check_views(
     history: &History,
-    truth: &Truth,
+    visible: &VisibleRecords<'_>,
     lines: &Timelines<'_>,
+    settled: Duration,
     found: &mut Vec<Violation>,
 ) {
-    let visible = visible(truth);
     for view in &history.views {
+        if view.sent >= settled {
+            check_view_healed(view, found);
+        }
+        check_view_content(view, visible, lines, found);
         let (Some(offset), Some(age_ms)) = (view.offset, view.age_ms) else {
             continue;
         };
@@ -354,8 +462,8 @@ fn check_views(
             .get(&(cluster.as_str(), partition))
             .into_iter()
             .flatten()
-            .filter(|(o, at, _)| *o >= offset && *at <= view.sent)
-            .map(|(_, at, _)| *at)
+            .filter(|v| v.offset >= offset && v.at <= view.sent)
+            .map(|v| v.at)
             .min();
         if let Some(since) = newer {
             let true_ms = crate::time::millis(view.sent - since);
@@ -374,8 +482,156 @@ fn check_views(
     }
 }
 
-fn check_streams(history: &History, truth: &Truth, found: &mut Vec<Violation>) {
-    let visible = visible(truth);
+/// A view once the faults healed: answered, and fresh.
+fn check_view_healed(view: &View, found: &mut Vec<Violation>) {
+    let fresh = view
+        .age_ms
+        .is_some_and(|ms| ms <= crate::time::millis(HEALED_VIEW_AGE) as i64);
+    if view.status != 200 || !fresh {
+        found.push(Violation {
+            kind: "a view unanswered or behind after the faults healed",
+            detail: format!(
+                "view of {} sent {:.3}s: {} {:?} ms old",
+                view.role,
+                view.sent.as_secs_f64(),
+                view.status,
+                view.age_ms
+            ),
+        });
+    }
+}
+
+/// A 200 view's roster against the log below its offset, in a cluster
+/// that had begun to answer by its answer (the view names no cluster, and
+/// one not yet told of a switch serves the old one's until it is).
+fn check_view_content(
+    view: &View,
+    visible: &VisibleRecords<'_>,
+    lines: &Timelines<'_>,
+    found: &mut Vec<Violation>,
+) {
+    let Some(offset) = view.offset.filter(|_| view.status == 200) else {
+        return;
+    };
+    let said = Roster {
+        members: view.members.clone(),
+        lease: view.lease.clone(),
+    };
+    let folds: Vec<Roster> = lines
+        .clusters
+        .iter()
+        .filter(|(at, _)| *at <= view.received)
+        .map(|(_, c)| Roster::fold(records_of(visible, c, view.role).into_iter(), offset))
+        .collect();
+    if !folds.contains(&said) {
+        found.push(Violation {
+            kind: "a view that says what the log did not hold",
+            detail: format!(
+                "view of {} at offset {offset} sent {:.3}s says {said:?}; the log below it held {folds:?}",
+                view.role,
+                view.sent.as_secs_f64(),
+            ),
+        });
+    }
+}
+
+/// A change event against the record at its offset.
+fn check_event_content(
+    e: &StreamEvent,
+    offset: i64,
+    cluster: &str,
+    visible: &VisibleRecords<'_>,
+    found: &mut Vec<Violation>,
+) {
+    let records = records_of(visible, cluster, e.role);
+    let Some(record) = records.iter().find(|v| v.offset == offset) else {
+        found.push(Violation {
+            kind: "an event of no visible record",
+            detail: format!("{e:?}"),
+        });
+        return;
+    };
+    let Some(r) = read(record) else {
+        found.push(Violation {
+            kind: "an event of a record that does not decode",
+            detail: format!("{e:?}"),
+        });
+        return;
+    };
+    // The lease before it: a `renewed` says the same member held it.
+    let before = records
+        .iter()
+        .filter(|v| v.offset < offset)
+        .filter_map(|v| read(v).map(|r| (v.offset, r)))
+        .filter(|(_, r)| r.kind == KeyKind::Lease)
+        .max_by_key(|(o, _)| *o)
+        .and_then(|(_, r)| r.lease);
+    let member = Some(r.member.as_str());
+    let holder = r.lease.as_ref().map(|(m, _)| m.as_str());
+    let token = r.lease.as_ref().map(|(_, p)| *p);
+    let right = match (r.kind, r.tombstone, e.kind.as_str()) {
+        (KeyKind::Registration, false, "registered")
+        | (KeyKind::Registration, true, "deregistered") => e.member.as_deref() == member,
+        (KeyKind::Lease, false, "acquired") => e.holder.as_deref() == holder && e.token == token,
+        (KeyKind::Lease, false, "renewed") => {
+            e.holder.as_deref() == holder
+                && e.token == token
+                && before.as_ref().map(|(m, _)| m.as_str()) == holder
+        }
+        (KeyKind::Lease, true, "cleared") => e.holder.is_none(),
+        _ => false,
+    };
+    if !right {
+        found.push(Violation {
+            kind: "an event that says what its record does not",
+            detail: format!("{e:?}; the record: {r:?}, the lease before it {before:?}"),
+        });
+    }
+}
+
+/// Once the faults healed, every change of the cluster then behind the
+/// addresses reaches its role's stream (or a snapshot or reset holding
+/// it) within [`DELIVER`] of the later of its becoming visible and the
+/// healing, as long as the observers listen.
+fn check_delivered(
+    history: &History,
+    visible: &VisibleRecords<'_>,
+    lines: &Timelines<'_>,
+    settled: Duration,
+    until: Duration,
+    found: &mut Vec<Violation>,
+) {
+    let Some((_, cluster)) = lines.clusters.last() else {
+        return;
+    };
+    for role in super::schedule::ROLES {
+        for v in records_of(visible, cluster, role) {
+            let due = v.at.max(settled) + DELIVER;
+            if due > until {
+                continue;
+            }
+            let delivered = history.events.iter().any(|e| {
+                e.role == role
+                    && e.cluster.as_deref() == Some(cluster.as_str())
+                    && e.offset.is_some_and(|o| o >= v.offset)
+                    && e.received <= due
+            });
+            if !delivered {
+                found.push(Violation {
+                    kind: "a change not delivered after the faults healed",
+                    detail: format!(
+                        "{role}'s record at offset {} of {cluster}, visible from {:.3}s, not on its stream by {:.3}s",
+                        v.offset,
+                        v.at.as_secs_f64(),
+                        due.as_secs_f64()
+                    ),
+                });
+            }
+        }
+    }
+}
+
+fn check_streams(history: &History, visible: &VisibleRecords<'_>, found: &mut Vec<Violation>) {
     let mut by_role: BTreeMap<&str, Vec<&StreamEvent>> = BTreeMap::new();
     for e in &history.events {
         by_role.entry(e.role).or_default().push(e);
@@ -407,14 +663,15 @@ fn check_streams(history: &History, truth: &Truth, found: &mut Vec<Violation>) {
                 at = Some((Some(cluster), offset));
                 continue;
             }
+            check_event_content(e, offset, &cluster, visible, found);
             match &at {
                 Some((c, last)) if c.as_ref().is_none_or(|c| *c == cluster) => {
                     let missed: Vec<i64> = visible
                         .get(&(cluster.as_str(), partition))
                         .into_iter()
                         .flatten()
-                        .filter(|(o, _, r)| *r == role && *o > *last && *o < offset)
-                        .map(|(o, _, _)| *o)
+                        .filter(|v| v.role == role && v.offset > *last && v.offset < offset)
+                        .map(|v| v.offset)
                         .collect();
                     if offset <= *last || !missed.is_empty() {
                         found.push(Violation {

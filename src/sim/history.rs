@@ -58,6 +58,10 @@ pub(super) struct View {
     /// `view.offset` and `view.ageMs` of a 200.
     pub(super) offset: Option<i64>,
     pub(super) age_ms: Option<i64>,
+    /// What it says of the role: the members in rank order, each with the
+    /// offset of its registration, and the lease (member, token).
+    pub(super) members: Vec<(String, i64)>,
+    pub(super) lease: Option<(String, (i64, i16))>,
 }
 
 /// One event of a role's stream.
@@ -72,6 +76,10 @@ pub(super) struct StreamEvent {
     /// The id: offset and cluster.
     pub(super) offset: Option<i64>,
     pub(super) cluster: Option<String>,
+    /// A change's `member`, and the `holder` and `token` after it.
+    pub(super) member: Option<String>,
+    pub(super) holder: Option<String>,
+    pub(super) token: Option<(i64, i16)>,
 }
 
 /// Everything seen in one run.

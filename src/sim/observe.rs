@@ -307,6 +307,21 @@ pub(super) async fn service_observer(
                     .await
                     .unwrap_or((0, Bytes::new()));
                 let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let members = json["members"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|m| {
+                        let name = m["member"].as_str().unwrap_or("?").to_owned();
+                        (name, m["offset"].as_i64().unwrap_or(-1))
+                    })
+                    .collect();
+                let lease = json["lease"]["member"].as_str().map(|m| {
+                    (
+                        m.to_owned(),
+                        pair(json["lease"].get("token")).unwrap_or((-1, -1)),
+                    )
+                });
                 let view = View {
                     role,
                     sent,
@@ -314,6 +329,8 @@ pub(super) async fn service_observer(
                     status,
                     offset: json["view"]["offset"].as_i64(),
                     age_ms: json["view"]["ageMs"].as_i64(),
+                    members,
+                    lease,
                 };
                 history.lock().unwrap().views.push(view);
             });
@@ -376,14 +393,18 @@ async fn follow(
         pending.push_str(&String::from_utf8_lossy(data));
         while let Some(end) = pending.find("\n\n") {
             let block: String = pending.drain(..end + 2).collect();
-            let (mut kind, mut id) = (None, None);
+            let (mut kind, mut id, mut data) = (None, None, String::new());
             for line in block.lines() {
                 if let Some(v) = line.strip_prefix("event:") {
                     kind = Some(v.trim().to_owned());
                 } else if let Some(v) = line.strip_prefix("id:") {
                     id = Some(v.trim().to_owned());
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim());
                 }
             }
+            let data: serde_json::Value = serde_json::from_str(&data).unwrap_or_default();
+            let text = |field: &str| data[field].as_str().map(str::to_owned);
             let Some(kind) = kind else { continue };
             let (offset, cluster) = match id.as_deref().and_then(|i| i.split_once('@')) {
                 Some((o, c)) => (o.parse().ok(), Some(c.to_owned())),
@@ -399,6 +420,9 @@ async fn follow(
                 kind,
                 offset,
                 cluster,
+                member: text("member"),
+                holder: text("holder"),
+                token: pair(data.get("token")),
             });
         }
     }

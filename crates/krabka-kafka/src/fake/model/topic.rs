@@ -55,6 +55,10 @@ pub struct Visible {
     pub offset: i64,
     /// Its role.
     pub role: String,
+    /// Its key and value (`None`: a tombstone), as written: what a view or
+    /// an event of this offset must say.
+    pub key: Bytes,
+    pub value: Option<Bytes>,
     /// When the last stable offset first passed it with its transaction
     /// committed (at once for a record outside any transaction).
     pub at: Duration,
@@ -201,17 +205,27 @@ impl Log {
                 continue;
             }
             let shown = match &entry.body {
-                Body::Data { txn: None, .. } => true,
-                Body::Data { txn: Some(_), .. } => outcomes.get(&offset) == Some(&Some(true)),
-                Body::Marker { .. } => false,
+                Body::Data {
+                    txn: None,
+                    key,
+                    value,
+                } => Some((key, value)),
+                Body::Data {
+                    txn: Some(_),
+                    key,
+                    value,
+                } => (outcomes.get(&offset) == Some(&Some(true))).then_some((key, value)),
+                Body::Marker { .. } => None,
             };
             // Aborted records and markers are never visible; they need not
             // be looked at again either.
             self.seen.insert(offset);
-            if shown {
+            if let Some((key, value)) = shown {
                 self.visible.push(Visible {
                     offset,
                     role: entry.role.clone(),
+                    key: key.clone(),
+                    value: value.clone(),
                     at: now,
                 });
             }
