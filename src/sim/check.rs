@@ -208,19 +208,66 @@ fn over(token: Pair, held: &[Pair]) -> bool {
             .is_some_and(|i| held[i..].iter().any(|p| p.0 != token.0))
 }
 
+/// When `plan`'s faults begin, and when they have healed for [`BOUND`].
+fn fault_span(plan: &Plan) -> (Duration, Duration) {
+    let faults = plan
+        .events
+        .iter()
+        .filter(|e| !is_member_event(&e.event))
+        .map(|e| e.at);
+    let first = faults.clone().min().unwrap_or(plan.quiet_from);
+    let quiet = faults.max().unwrap_or_default().max(plan.quiet_from);
+    (first, quiet + BOUND)
+}
+
+/// How many checks got a verdict, of those sent, per span of a run: a
+/// figure, not an invariant (a 503 is the honest answer while a fault
+/// stands).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Availability {
+    /// Sent from the first fault until [`BOUND`] after the last healed.
+    pub(super) faulted: (usize, usize),
+    /// Sent after that.
+    pub(super) healed: (usize, usize),
+}
+
+impl fmt::Display for Availability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let share = |(answered, sent): (usize, usize)| 100.0 * answered as f64 / sent.max(1) as f64;
+        write!(
+            f,
+            "verdicts {:.1} % of {} checks while faulted, {:.1} % of {} healed",
+            share(self.faulted),
+            self.faulted.1,
+            share(self.healed),
+            self.healed.1
+        )
+    }
+}
+
+/// The [`Availability`] of `run`.
+pub(super) fn availability(plan: &Plan, run: &Run) -> Availability {
+    let (first, settled) = fault_span(plan);
+    let mut out = Availability::default();
+    for c in &run.history.checks {
+        let span = match c.sent {
+            t if t >= settled => &mut out.healed,
+            t if t >= first => &mut out.faulted,
+            _ => continue,
+        };
+        span.1 += 1;
+        if matches!(c.answer, Answer::Verdict { .. }) {
+            span.0 += 1;
+        }
+    }
+    out
+}
+
 /// Every broken invariant of `run`.
 pub(super) fn check(plan: &Plan, run: &Run) -> Vec<Violation> {
     let lines = Timelines::new(&run.truth);
     let mut found = Vec::new();
-    let quiet = plan
-        .events
-        .iter()
-        .filter(|e| !is_member_event(&e.event))
-        .map(|e| e.at)
-        .max()
-        .unwrap_or_default()
-        .max(plan.quiet_from);
-    let settled = quiet + BOUND;
+    let (_, settled) = fault_span(plan);
     for check in &run.history.checks {
         check_answer(&lines, check, &mut found);
         if check.sent >= settled {

@@ -122,7 +122,11 @@ fn run_seed_then(seed: u64, look: impl FnOnce(&world::Run)) -> Result<Summary, S
         lines.push(format!("history {:016x}", digest(&run)));
         return Err(report(&plan, &lines));
     }
-    Ok(Summary::of(&run, started.elapsed()))
+    Ok(Summary::of(
+        &run,
+        check::availability(&plan, &run),
+        started.elapsed(),
+    ))
 }
 
 /// FNV-1a over what is written to it: the same value in every process,
@@ -164,6 +168,7 @@ pub(crate) struct Summary {
     events: usize,
     pairs: usize,
     refused: usize,
+    availability: check::Availability,
     /// [`digest`] of the run.
     digest: u64,
     took: std::time::Duration,
@@ -173,9 +178,10 @@ impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} checks ({} verdicts), {} views, {} stream events, {} pairs minted, {} writes refused; history {:016x}; {:.1} s",
+            "{} checks ({} verdicts; {}), {} views, {} stream events, {} pairs minted, {} writes refused; history {:016x}; {:.1} s",
             self.checks,
             self.verdicts,
+            self.availability,
             self.views,
             self.events,
             self.pairs,
@@ -187,7 +193,11 @@ impl std::fmt::Display for Summary {
 }
 
 impl Summary {
-    fn of(run: &world::Run, took: std::time::Duration) -> Summary {
+    fn of(
+        run: &world::Run,
+        availability: check::Availability,
+        took: std::time::Duration,
+    ) -> Summary {
         let h = &run.history;
         Summary {
             checks: h.checks.len(),
@@ -200,6 +210,7 @@ impl Summary {
             events: h.events.len(),
             pairs: run.truth.held.len(),
             refused: run.refused.len(),
+            availability,
             digest: digest(run),
             took,
         }
