@@ -47,6 +47,25 @@ pub(super) enum End {
     Hang,
 }
 
+/// Whose link to a broker a link fault is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Side {
+    /// The service's host.
+    Service,
+    /// The `check` runs' host.
+    Cli,
+}
+
+impl Side {
+    /// Its host on the simulated network.
+    pub(super) fn host(self) -> &'static str {
+        match self {
+            Side::Service => "service",
+            Side::Cli => "cli",
+        }
+    }
+}
+
 /// One thing that happens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Event {
@@ -125,36 +144,44 @@ pub(super) enum Event {
         role: &'static str,
         node: i32,
     },
-    /// The service's link to a broker: cut (`oneway`: only what the service
-    /// sends), and repaired.
+    /// `from`'s link to a broker: cut (`oneway`: only what `from` sends),
+    /// and repaired.
     Partition {
+        from: Side,
         node: i32,
         oneway: bool,
     },
     Repair {
+        from: Side,
         node: i32,
         oneway: bool,
     },
     /// Everything on the link held, then delivered at once.
     Hold {
+        from: Side,
         node: i32,
     },
     Release {
+        from: Side,
         node: i32,
     },
     /// The link slowed (messages up to `max_ms` late), and back.
     Slow {
+        from: Side,
         node: i32,
         max_ms: u64,
     },
     Fast {
+        from: Side,
         node: i32,
     },
     /// The link breaks connections at random, and stops.
     Flaky {
+        from: Side,
         node: i32,
     },
     Steady {
+        from: Side,
         node: i32,
     },
     /// The service process restarted (a fresh one: nothing known).
@@ -248,6 +275,43 @@ fn replicas(role: &str, nodes: &[i32]) -> Vec<i32> {
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
+}
+
+/// A fault of `from`'s link to `node` from `start`, healed within `room`:
+/// `cut` both ways or one, else held, slowed or breaking connections.
+fn link_fault(
+    rng: &mut StdRng,
+    cut: bool,
+    from: Side,
+    node: i32,
+    start: Duration,
+    room: Duration,
+    at: &mut impl FnMut(Duration, Event),
+) {
+    let mut len = |lo: u64, hi: u64| ms(rng.random_range(lo..hi)).min(room);
+    if cut {
+        let d = len(500, 10_000);
+        let oneway = rng.random_bool(0.5);
+        at(start, Event::Partition { from, node, oneway });
+        at(start + d, Event::Repair { from, node, oneway });
+        return;
+    }
+    let d = len(200, 6_000);
+    match rng.random_range(0..3) {
+        0 => {
+            at(start, Event::Hold { from, node });
+            at(start + d, Event::Release { from, node });
+        }
+        1 => {
+            let max_ms = rng.random_range(50..2_000);
+            at(start, Event::Slow { from, node, max_ms });
+            at(start + d, Event::Fast { from, node });
+        }
+        _ => {
+            at(start, Event::Flaky { from, node });
+            at(start + d, Event::Steady { from, node });
+        }
+    }
 }
 
 /// Draws the plan of `seed`.
@@ -465,35 +529,16 @@ pub(super) fn plan(seed: u64) -> Plan {
             }
             // The service's link to a broker: cut (both ways or one), held,
             // slowed, or breaking connections.
-            7 => {
-                let d = len(&mut rng, 500, 10_000);
-                let oneway = rng.random_bool(0.5);
-                at(start, Event::Partition { node, oneway });
-                at(start + d, Event::Repair { node, oneway });
-                start
-            }
-            8 => {
-                let d = len(&mut rng, 200, 6_000);
-                match rng.random_range(0..3) {
-                    0 => {
-                        at(start, Event::Hold { node });
-                        at(start + d, Event::Release { node });
-                    }
-                    1 => {
-                        at(
-                            start,
-                            Event::Slow {
-                                node,
-                                max_ms: rng.random_range(50..2_000),
-                            },
-                        );
-                        at(start + d, Event::Fast { node });
-                    }
-                    _ => {
-                        at(start, Event::Flaky { node });
-                        at(start + d, Event::Steady { node });
-                    }
-                }
+            7 | 8 => {
+                link_fault(
+                    &mut rng,
+                    kind == 7,
+                    Side::Service,
+                    node,
+                    start,
+                    room,
+                    &mut at,
+                );
                 start
             }
             // The service host's clocks: stepped back or forth, or the host
@@ -532,6 +577,24 @@ pub(super) fn plan(seed: u64) -> Plan {
         if behind {
             behind_free = end;
         }
+    }
+    // The `check` runs' links (a fresh client per check): zero to two
+    // episodes, drawn apart so that the rest of a seed's plan is what it
+    // was before they were added.
+    let mut links = StdRng::seed_from_u64(seed ^ 0xc11_71e5);
+    for _ in 0..links.random_range(0..=2) {
+        let node = nodes[links.random_range(0..nodes.len())];
+        let start = ms(links.random_range(2_000..window_end.as_millis() as u64));
+        let cut = links.random_bool(0.5);
+        link_fault(
+            &mut links,
+            cut,
+            Side::Cli,
+            node,
+            start,
+            window_end - start,
+            &mut at,
+        );
     }
     events.sort_by_key(|e| e.at);
     let bootstrap = if rng.random_bool(0.3) {

@@ -272,26 +272,30 @@ pub(super) fn run(plan: &Plan) -> Result<Run, String> {
                     model.start_again(*node, now);
                     sim.bounce(host_of(*node));
                 }
-                Event::Partition { node, oneway } => match oneway {
-                    true => sim.partition_oneway("service", host_of(*node)),
-                    false => sim.partition("service", host_of(*node)),
+                Event::Partition { from, node, oneway } => match oneway {
+                    true => sim.partition_oneway(from.host(), host_of(*node)),
+                    false => sim.partition(from.host(), host_of(*node)),
                 },
-                Event::Repair { node, oneway } => match oneway {
-                    true => sim.repair_oneway("service", host_of(*node)),
-                    false => sim.repair("service", host_of(*node)),
+                Event::Repair { from, node, oneway } => match oneway {
+                    true => sim.repair_oneway(from.host(), host_of(*node)),
+                    false => sim.repair(from.host(), host_of(*node)),
                 },
-                Event::Hold { node } => sim.hold("service", host_of(*node)),
-                Event::Release { node } => sim.release("service", host_of(*node)),
-                Event::Slow { node, max_ms } => sim.set_link_max_message_latency(
-                    "service",
+                Event::Hold { from, node } => sim.hold(from.host(), host_of(*node)),
+                Event::Release { from, node } => sim.release(from.host(), host_of(*node)),
+                Event::Slow { from, node, max_ms } => sim.set_link_max_message_latency(
+                    from.host(),
                     host_of(*node),
                     Duration::from_millis(*max_ms),
                 ),
-                Event::Fast { node } => {
-                    sim.set_link_max_message_latency("service", host_of(*node), LATENCY)
+                Event::Fast { from, node } => {
+                    sim.set_link_max_message_latency(from.host(), host_of(*node), LATENCY)
                 }
-                Event::Flaky { node } => sim.set_link_fail_rate("service", host_of(*node), 0.02),
-                Event::Steady { node } => sim.set_link_fail_rate("service", host_of(*node), 0.0),
+                Event::Flaky { from, node } => {
+                    sim.set_link_fail_rate(from.host(), host_of(*node), 0.02)
+                }
+                Event::Steady { from, node } => {
+                    sim.set_link_fail_rate(from.host(), host_of(*node), 0.0)
+                }
                 Event::RestartService => sim.bounce("service"),
                 Event::StepClock { ms } => {
                     steps.fetch_add(*ms, std::sync::atomic::Ordering::SeqCst);
