@@ -72,6 +72,10 @@ pub(crate) const REGRESSIONS: &[(u64, &str)] = &[
         "issue 44's fix 2 reverted: a deposed pair confirmed by node id, from the process a replacement took the id of",
     ),
     (
+        68,
+        "issue 52's fix 2 reverted (on one broker, both confirmations, the describe's and the views', asked on the pooled connection): broker 1 cut off and replaced by a second process, elected and minting, while the first still answered the service's connections: authoritative for search's 0:1 after 0:2 (seed 41 finds it too; with the describe's confirmation alone reverted, no seed: the views' one opens its own connection, learns the new process's leader epochs and gives the old connection up)",
+    ),
+    (
         87,
         "the world's own: a restart on a host where a new cluster's process ran left that process heard by the controller and reached by nobody (a lasting 503, rightly)",
     ),

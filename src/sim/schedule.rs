@@ -319,8 +319,16 @@ pub(super) fn plan(seed: u64) -> Plan {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut shape = StdRng::seed_from_u64(seed ^ 0x0ac4_5a9e);
     let nodes = NODES[..shape.random_range(3..=5)].to_vec();
-    let replication_factor = REPLICATION_FACTOR.min(nodes.len());
     let min_isr = if shape.random_ratio(1, 5) { 1 } else { 2 };
+    // One broker, one seed in eight (its controllers elsewhere, as with
+    // node pools): RF 1, min.insync.replicas 1, no rack. Drawn apart, so
+    // that the other seeds' plans stay as they were.
+    let single = StdRng::seed_from_u64(seed ^ 0x0001_b40c).random_ratio(1, 8);
+    let (nodes, min_isr) = match single {
+        true => (vec![NODES[0]], 1),
+        false => (nodes, min_isr),
+    };
+    let replication_factor = REPLICATION_FACTOR.min(nodes.len());
     let duration = Duration::from_secs(45);
     let quiet_from = Duration::from_secs(30);
     let mut events = Vec::new();
@@ -385,7 +393,7 @@ pub(super) fn plan(seed: u64) -> Plan {
     let window_end = quiet_from - 2 * SECOND;
     let mut behind_free = 2 * SECOND;
     let rack_odds = if nodes.len() > 3 { 0.5 } else { 0.25 };
-    if shape.random_bool(rack_odds) {
+    if shape.random_bool(rack_odds) && !single {
         // A role's coordinator X and a broker N of its rack cut off from
         // the controller at once (a top-of-rack link to the controllers
         // lost; clients on their side still reach both): both fenced after
@@ -416,9 +424,30 @@ pub(super) fn plan(seed: u64) -> Plan {
         at(start + d + 3 * SECOND, Event::Elect);
         behind_free = start + d + 4 * SECOND;
     }
+    if single && shape.random_bool(0.5) {
+        // The one broker cut off from the controller, fenced (9 s), and a
+        // second process registered with its node id, elected and minting,
+        // while the first still answers on the connections made to it
+        // (issue 52's finding 2: no other replica can tell them apart).
+        let role = ROLES[shape.random_range(0..ROLES.len())];
+        let start = ms(shape.random_range(2_000..8_000));
+        let d = ms(shape.random_range(15_000..18_000));
+        let node = NODES[0];
+        at(start, Event::Cut { node });
+        at(start + 10 * SECOND, Event::Replace { node });
+        at(start + 12 * SECOND + ms(500), Event::Elect);
+        at(start + 13 * SECOND + ms(500), Event::Init { role });
+        at(start + d, Event::Mend { node });
+        at(start + d + 3 * SECOND, Event::Elect);
+        behind_free = start + d + 4 * SECOND;
+    }
     // The coordination topic's min.insync.replicas: the broker default, or
     // a cluster-wide 2.
-    let topic_min_isr = if shape.random_ratio(1, 3) { 2 } else { 1 };
+    let topic_min_isr = if shape.random_ratio(1, 3) && !single {
+        2
+    } else {
+        1
+    };
     let episodes = rng.random_range(2..5);
     for _ in 0..episodes {
         let node = nodes[rng.random_range(0..nodes.len())];
@@ -649,8 +678,44 @@ mod tests {
                 assert!(!replicas(role, &plan.nodes).contains(&n), "{plan}");
             }
         }
-        assert_eq!(sizes.into_iter().collect::<Vec<_>>(), [3, 4, 5]);
+        assert_eq!(sizes.into_iter().collect::<Vec<_>>(), [1, 3, 4, 5]);
         assert!((40..120).contains(&racks), "{racks} racks in 200 seeds");
+    }
+
+    #[test]
+    fn one_seed_in_eight_is_one_broker_with_min_isr_1_and_the_fast_tier_has_some() {
+        let single: Vec<u64> = (0..400).filter(|s| plan(*s).nodes.len() == 1).collect();
+        eprintln!("one-broker seeds below 400: {single:?}");
+        assert!((25..80).contains(&single.len()), "{} of 400", single.len());
+        for seed in &single {
+            let plan = plan(*seed);
+            assert_eq!(
+                (plan.replication_factor, plan.min_isr, plan.topic_min_isr),
+                (1, 1, 1)
+            );
+        }
+        let fast = single
+            .iter()
+            .filter(|s| **s < super::super::FAST_SEEDS)
+            .count();
+        assert!(
+            fast >= 1,
+            "no one-broker seed among the fast tier's: {single:?}"
+        );
+        // Issue 52's finding 2: the one broker replaced by a second process
+        // while the first still answers on its connections.
+        let replaced: Vec<u64> = single
+            .iter()
+            .copied()
+            .filter(|s| {
+                plan(*s)
+                    .events
+                    .iter()
+                    .any(|e| matches!(e.event, Event::Replace { .. }))
+            })
+            .collect();
+        eprintln!("one-broker seeds replaced: {replaced:?}");
+        assert!(replaced.len() >= 3, "{replaced:?}");
     }
 
     #[test]
