@@ -80,6 +80,10 @@ pub(crate) const REGRESSIONS: &[(u64, &str)] = &[
         "the world's own: a restart on a host where a new cluster's process ran left that process heard by the controller and reached by nobody (a lasting 503, rightly)",
     ),
     (
+        215,
+        "the world's own, found by the liveness of views: a second process of node 2 started while the first, of a cluster started after the cut, still heartbeat (Kafka refuses that registration: DUPLICATE_BROKER_REGISTRATION); partition 0's view grew 27 s old after the faults healed, honestly, as the first kept answering for it unconfirmed",
+    ),
+    (
         1005,
         "a link to one broker cut, every broker stopped and another cluster started: cached verdicts of the old cluster served 0.9 s on the strength of the cut connection, which nothing had reset (within the second the checker allows since; 12506 finds that bug now)",
     ),

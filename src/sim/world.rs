@@ -470,10 +470,7 @@ fn apply(
             model.cut(node, false);
             Ok(())
         }
-        Event::Replace { node } => {
-            model.start_again(node, now);
-            Ok(())
-        }
+        Event::Replace { node } => model.replace(node, now).map_err(refused),
         Event::Elect => {
             model.elect_preferred();
             Ok(())

@@ -518,6 +518,29 @@ impl Model {
         self.with(|s| s.start_process(node, now));
     }
 
+    /// A second process for `node` beside the first (a replacement host
+    /// from a copy of its data), as [`Model::start_again`]; refused while
+    /// the first runs in touch with the controller: Kafka refuses a
+    /// registration of a node id whose session lives
+    /// (`ClusterControlManager.registerBroker`,
+    /// DUPLICATE_BROKER_REGISTRATION), and a first process that heartbeats
+    /// learns its epoch is stale and shuts down. A plan's replacement
+    /// follows a cut; a new cluster started in between is not cut (seed
+    /// 215: the first process stayed current for the controller's clients
+    /// and answered the service for good).
+    pub fn replace(&self, node: i32, now: Duration) -> Result<(), NotWritten> {
+        self.with(|s| {
+            let first = &s.processes[s.current[&node]];
+            if first.life == Life::Running && !first.cut {
+                return Err(NotWritten(format!(
+                    "node {node}: a second process cannot register while the first heartbeats (DUPLICATE_BROKER_REGISTRATION)"
+                )));
+            }
+            s.start_process(node, now);
+            Ok(())
+        })
+    }
+
     /// SIGSTOP (`on`) or SIGCONT of the node's process; once running again
     /// it catches up with the controller after `lag`.
     pub fn pause(&self, node: i32, on: bool, lag: Duration, now: Duration) {
