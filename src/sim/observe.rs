@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
-use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -88,61 +87,21 @@ fn pair(text: Option<&serde_json::Value>) -> Option<(i64, i16)> {
     Some((token.producer_id(), token.producer_epoch()))
 }
 
-/// One GET on a new connection to the service: status and body, or why
-/// none came (within 15 s).
-async fn get(path: &str) -> Result<(u16, Bytes), String> {
+/// One request on a new connection to the service: status and body, or
+/// why none came (within 15 s).
+async fn exchange<B>(request: hyper::Request<B>) -> Result<(u16, Bytes), String>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let asked = async {
         let stream = host::connect(SERVICE).await.map_err(|e| e.to_string())?;
         let (mut send, connection) =
-            hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream))
+            hyper::client::conn::http1::handshake::<_, B>(TokioIo::new(stream))
                 .await
                 .map_err(|e| e.to_string())?;
         tokio::spawn(connection);
-        request(&mut send, path, None).await
-    };
-    tokio::time::timeout(Duration::from_secs(15), asked)
-        .await
-        .unwrap_or_else(|_| Err("no answer within 15 s".into()))
-}
-
-async fn request(
-    send: &mut SendRequest<Empty<Bytes>>,
-    path: &str,
-    last_event: Option<&str>,
-) -> Result<(u16, Bytes), String> {
-    let mut request = hyper::Request::get(path).header("host", "service");
-    if let Some(id) = last_event {
-        request = request.header("last-event-id", id);
-    }
-    let request = request.body(Empty::new()).map_err(|e| e.to_string())?;
-    let response = send
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = response.status().as_u16();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok((status, body.to_bytes()))
-}
-
-/// One POST of a JSON `body` on a new connection to the service: status
-/// and body, or why none came (within 15 s).
-async fn post(path: &str, body: Vec<u8>) -> Result<(u16, Bytes), String> {
-    let asked = async {
-        let stream = host::connect(SERVICE).await.map_err(|e| e.to_string())?;
-        let (mut send, connection) =
-            hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(stream))
-                .await
-                .map_err(|e| e.to_string())?;
-        tokio::spawn(connection);
-        let request = hyper::Request::post(path)
-            .header("host", "service")
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| e.to_string())?;
         let response = send
             .send_request(request)
             .await
@@ -158,6 +117,25 @@ async fn post(path: &str, body: Vec<u8>) -> Result<(u16, Bytes), String> {
     tokio::time::timeout(Duration::from_secs(15), asked)
         .await
         .unwrap_or_else(|_| Err("no answer within 15 s".into()))
+}
+
+/// One GET of `path`.
+async fn get(path: &str) -> Result<(u16, Bytes), String> {
+    let request = hyper::Request::get(path)
+        .header("host", "service")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    exchange(request).await
+}
+
+/// One POST of a JSON `body` to `path`.
+async fn post(path: &str, body: Vec<u8>) -> Result<(u16, Bytes), String> {
+    let request = hyper::Request::post(path)
+        .header("host", "service")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| e.to_string())?;
+    exchange(request).await
 }
 
 /// The answers of a batch of `asked` (role, token) items, in the order

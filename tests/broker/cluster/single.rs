@@ -15,16 +15,15 @@
 //! be one broker was never confirmed: the service started before the move
 //! answered 200 for the deposed pair for as long as its connection lived.
 
-use std::time::Duration;
-
 use krabka_authority::coordination::FencingToken;
 use krabka_authority::kafka::{KafkaClient, TopicSpec};
 use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::support::broker::kafka_script;
-use crate::support::cluster::{self, OwnCluster, exclusive, own_client, service_config};
-use crate::support::process::binary;
+use crate::support::cluster::{
+    self, AfterReplacement, OwnCluster, exclusive, own_client, service_config,
+};
 use crate::support::proxy::Proxy;
 use crate::support::service::{check, start};
 use crate::support::{http_client, unique};
@@ -128,73 +127,27 @@ async fn the_one_broker_replaced_behind_its_address_never_confirms_its_predecess
     );
     let after = start(service_config(&bootstrap, &topic)).await;
 
-    // Both services, both tokens, without pause, for 20 s.
-    let mut yes_t1 = Vec::new();
-    let mut first_t2: [Option<Duration>; 2] = [None, None];
-    let mut counts = [[0usize; 2]; 2];
-    let until = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < until {
-        for (s, service) in [&before, &after].into_iter().enumerate() {
-            for (k, token) in [t1, t2].into_iter().enumerate() {
-                let Some((status, body)) = check(&http, &service.url, &role, token).await else {
-                    continue;
-                };
-                counts[s][k] += 1;
-                if status == 200 && k == 0 {
-                    yes_t1.push((s, minted.elapsed(), body));
-                } else if status == 200 {
-                    first_t2[s].get_or_insert_with(|| minted.elapsed());
-                }
-            }
-        }
-    }
-    // The CLI, a fresh client bootstrapped from the moved address.
-    let cli = tokio::task::block_in_place(|| {
-        binary()
-            .args([
-                "check",
-                "--bootstrap-servers",
-                &bootstrap,
-                "--topic",
-                &topic,
-                &role,
-                &t1.to_string(),
-            ])
-            .output()
-            .expect("the binary runs")
-    });
+    // Both services, both tokens, without pause, for 20 s, then the CLI
+    // from the moved address.
+    let seen = AfterReplacement::observe(
+        [&before.url, &after.url],
+        &role,
+        (t1, t2),
+        minted,
+        &bootstrap,
+        &topic,
+    )
+    .await;
     eprintln!(
-        "the one broker cut; {t2} minted at its replacement {:?} after the cut; checks (before, after the move) of {t1} and {t2}: {counts:?}; first 200 for {t2}: {first_t2:?} after the mint; 200s for {t1}: {}; the CLI from the moved address exited {:?}; the test took {:?}",
+        "the one broker cut; {t2} minted at its replacement {:?} after the cut; checks (before, after the move) of {t1} and {t2}: {:?}; first 200 for {t2}: {:?} after the mint; 200s for {t1}: {}; the CLI from the moved address exited {:?}; the test took {:?}",
         minted - cut,
-        yes_t1.len(),
-        cli.status.code(),
+        seen.counts,
+        seen.first_t2,
+        seen.yes_t1.len(),
+        seen.cli.status.code(),
         started.elapsed()
     );
-    assert!(
-        yes_t1.is_empty(),
-        "200 for the deposed {t1}: {:?}",
-        &yes_t1[..yes_t1.len().min(3)]
-    );
-    for (s, which) in ["started before the move", "started after it"]
-        .iter()
-        .enumerate()
-    {
-        assert!(
-            counts[s][0] > 10 && counts[s][1] > 10,
-            "{which}: {counts:?}"
-        );
-        let first = first_t2[s].unwrap_or_else(|| panic!("{which}: never 200 for {t2}"));
-        assert!(
-            first < Duration::from_secs(5),
-            "{which}: {t2} authoritative only {first:?} after the mint"
-        );
-    }
-    assert_eq!(
-        cli.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&cli.stdout)
-    );
+    seen.assert_held((t1, t2));
     // The old process goes, and its user's routes with it.
     kafka_script(&["kill", "--name", &name, "--node", "1"]);
     kafka_script(&["mend", "--name", &name, "--node", "1"]);

@@ -201,6 +201,104 @@ pub async fn mint(client: KafkaClient, topic: &str, role: &str) -> FencingToken 
         .expect("a mint")
 }
 
+/// A broker replaced behind its address, as two services and the CLI saw
+/// it: one service started before the move and one after, each asked of
+/// the deposed `t1` and the new `t2` without pause for 20 s from the mint,
+/// then the CLI bootstrapped from the moved address, of `t1`.
+pub struct AfterReplacement {
+    /// Every 200 for `t1`: which service, how long after the mint, its body.
+    pub yes_t1: Vec<(usize, Duration, Value)>,
+    /// Per service, the first 200 for `t2`, after the mint.
+    pub first_t2: [Option<Duration>; 2],
+    /// Per service, the checks answered of `t1` and of `t2`.
+    pub counts: [[usize; 2]; 2],
+    pub cli: std::process::Output,
+}
+
+impl AfterReplacement {
+    pub async fn observe(
+        services: [&str; 2],
+        role: &str,
+        (t1, t2): (FencingToken, FencingToken),
+        minted: Instant,
+        bootstrap: &str,
+        topic: &str,
+    ) -> AfterReplacement {
+        let http = http_client().build().unwrap();
+        let mut yes_t1 = Vec::new();
+        let mut first_t2: [Option<Duration>; 2] = [None, None];
+        let mut counts = [[0usize; 2]; 2];
+        let until = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < until {
+            for (s, url) in services.into_iter().enumerate() {
+                for (k, token) in [t1, t2].into_iter().enumerate() {
+                    let Some((status, body)) = super::service::check(&http, url, role, token).await
+                    else {
+                        continue;
+                    };
+                    counts[s][k] += 1;
+                    if status == 200 && k == 0 {
+                        yes_t1.push((s, minted.elapsed(), body));
+                    } else if status == 200 {
+                        first_t2[s].get_or_insert_with(|| minted.elapsed());
+                    }
+                }
+            }
+        }
+        let cli = tokio::task::block_in_place(|| {
+            super::process::binary()
+                .args([
+                    "check",
+                    "--bootstrap-servers",
+                    bootstrap,
+                    "--topic",
+                    topic,
+                    role,
+                    &t1.to_string(),
+                ])
+                .output()
+                .expect("the binary runs")
+        });
+        AfterReplacement {
+            yes_t1,
+            first_t2,
+            counts,
+            cli,
+        }
+    }
+
+    /// No 200 for `t1`; both services asked often, and each answered 200
+    /// for `t2` within 5 s of its mint; the CLI said `superseded` (exit 1).
+    pub fn assert_held(&self, (t1, t2): (FencingToken, FencingToken)) {
+        let (yes_t1, counts) = (&self.yes_t1, &self.counts);
+        assert!(
+            yes_t1.is_empty(),
+            "200 for the deposed {t1}: {:?}",
+            &yes_t1[..yes_t1.len().min(3)]
+        );
+        for (s, which) in ["started before the move", "started after it"]
+            .iter()
+            .enumerate()
+        {
+            assert!(
+                counts[s][0] > 10 && counts[s][1] > 10,
+                "{which}: {counts:?}"
+            );
+            let first = self.first_t2[s].unwrap_or_else(|| panic!("{which}: never 200 for {t2}"));
+            assert!(
+                first < Duration::from_secs(5),
+                "{which}: {t2} authoritative only {first:?} after the mint"
+            );
+        }
+        assert_eq!(
+            self.cli.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&self.cli.stdout)
+        );
+    }
+}
+
 /// One cluster test at a time, on a healthy cluster, left healthy.
 pub struct Exclusive {
     _turn: tokio::sync::MutexGuard<'static, ()>,
