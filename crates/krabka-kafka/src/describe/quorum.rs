@@ -383,10 +383,15 @@ mod tests {
             tally(1, &[(Voter::Broker(2), &behind)], 2),
             Verdict::Failed("behind".into())
         );
-        assert!(matches!(
-            tally(1, &[(Voter::Broker(2), &failed)], 2),
-            Verdict::Failed(_)
-        ));
+        // The refusal names the error, for the 503's detail (cargo-mutants:
+        // the arm deleted left "answered nothing", and no test saw it).
+        let Verdict::Failed(why) = tally(1, &[(Voter::Broker(2), &failed)], 2) else {
+            panic!("a failed confirmation confirmed");
+        };
+        assert!(
+            why.starts_with("the confirmation failed: ") && why.contains('x'),
+            "{why}"
+        );
         assert_eq!(
             tally(
                 1,
