@@ -13,7 +13,9 @@
 //! Episodes that put a broker behind the controller do not overlap, but a
 //! rack (a role's coordinator and another broker, one holding no replica
 //! of its partition where there is one) is cut off from it at once: the
-//! two answer from the images they had, each confirming the other.
+//! two answer from the images they had, each confirming the other. The
+//! controller itself is paused or fails over, and a broker just resumed
+//! may be elected before it applied what it missed.
 //!
 //! The cluster's shape is drawn too, from a stream of its own (so a seed
 //! of three brokers and no rack draws what it drew before there were
@@ -137,6 +139,21 @@ pub(super) enum Event {
     Replace {
         node: i32,
     },
+    /// The active controller SIGSTOPped, or failed with none yet elected
+    /// in its place: nothing registered, fenced, unfenced or elected.
+    SilenceController,
+    /// SIGCONT of it: its overdue fencing task beats the heartbeats of the
+    /// nodes in `lost`, fencing each one silent past the session timeout.
+    ResumeController {
+        lost: Vec<i32>,
+    },
+    /// Another controller active: every unfenced broker's session afresh.
+    ActivateController,
+    /// A new broker started and registered (a cluster grown); it holds no
+    /// replica of the partitions there are.
+    Join {
+        node: i32,
+    },
     /// A preferred leader election.
     Elect,
     /// The role's coordinator moved to `node` (a reassignment).
@@ -213,8 +230,10 @@ pub(super) struct At {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Plan {
     pub(super) seed: u64,
-    /// The brokers' node ids.
+    /// The brokers' node ids at the start.
     pub(super) nodes: Vec<i32>,
+    /// The node ids of brokers that join later ([`Event::Join`]).
+    pub(super) joining: Vec<i32>,
     /// Both topics' replication factor.
     pub(super) replication_factor: usize,
     /// `__transaction_state`'s `min.insync.replicas`.
@@ -448,6 +467,10 @@ pub(super) fn plan(seed: u64) -> Plan {
     } else {
         1
     };
+    // The controller's own faults, and the elections right after a broker's
+    // resume, drawn apart so that the rest of a seed's plan is what it was
+    // before they were added.
+    let mut ctl = StdRng::seed_from_u64(seed ^ 0xc0_471e);
     let episodes = rng.random_range(2..5);
     for _ in 0..episodes {
         let node = nodes[rng.random_range(0..nodes.len())];
@@ -482,15 +505,19 @@ pub(super) fn plan(seed: u64) -> Plan {
                 // Past the session timeout (9 s) mostly: the role's
                 // coordinator moves and mints while it sleeps.
                 let d = len(&mut rng, 6_000, 18_000);
+                let lag_ms = rng.random_range(100..3_000);
                 at(start, Event::Pause { node });
                 at(start + d.mul_f64(0.8), Event::Init { role });
-                at(
-                    start + d,
-                    Event::Resume {
-                        node,
-                        lag_ms: rng.random_range(100..3_000),
-                    },
-                );
+                at(start + d, Event::Resume { node, lag_ms });
+                // An election right after the resume: within its session
+                // it is still in the ISR and is elected while it applies
+                // what it missed; fenced, it is unfenced on its first
+                // heartbeat (its registration is long applied) and elected
+                // the moment it has caught up and rejoined the ISR.
+                if ctl.random_bool(0.5) {
+                    let after = ctl.random_range(0..=lag_ms + 500);
+                    at(start + d + ms(after), Event::Elect);
+                }
                 start + d + 3 * SECOND
             }
             // Cut off from the controller: fenced after the session
@@ -607,6 +634,38 @@ pub(super) fn plan(seed: u64) -> Plan {
             behind_free = end;
         }
     }
+    // The controller: one seed in three, SIGSTOPped for up to 20 s (on
+    // SIGCONT, each broker drawn loses the race of its heartbeat against the
+    // overdue fencing task), or failed over in 1 to 4 s.
+    if ctl.random_ratio(1, 3) {
+        let start = ms(ctl.random_range(2_000..window_end.as_millis() as u64 - 1_000));
+        let room = window_end - start;
+        at(start, Event::SilenceController);
+        if ctl.random_bool(0.6) {
+            let d = ms(ctl.random_range(2_000..20_000)).min(room);
+            let lost = nodes
+                .iter()
+                .copied()
+                .filter(|_| ctl.random_bool(0.5))
+                .collect();
+            at(start + d, Event::ResumeController { lost });
+        } else {
+            let d = ms(ctl.random_range(1_000..4_000)).min(room);
+            at(start + d, Event::ActivateController);
+        }
+    }
+    // One broker grown to three, in half of the one-broker seeds: the
+    // service learns of brokers that hold no replica of what there is.
+    let mut growth = StdRng::seed_from_u64(seed ^ 0x0006_7041);
+    let joining = match single && growth.random_bool(0.5) {
+        true => NODES[1..3].to_vec(),
+        false => Vec::new(),
+    };
+    let mut t = ms(growth.random_range(2_000..14_000));
+    for &node in &joining {
+        at(t, Event::Join { node });
+        t += ms(growth.random_range(0..3_000));
+    }
     // The `check` runs' links (a fresh client per check): zero to two
     // episodes, drawn apart so that the rest of a seed's plan is what it
     // was before they were added.
@@ -634,6 +693,7 @@ pub(super) fn plan(seed: u64) -> Plan {
     Plan {
         seed,
         nodes,
+        joining,
         replication_factor,
         min_isr,
         topic_min_isr,
@@ -716,6 +776,56 @@ mod tests {
             .collect();
         eprintln!("one-broker seeds replaced: {replaced:?}");
         assert!(replaced.len() >= 3, "{replaced:?}");
+        // Grown to three brokers that hold no replica, in about half.
+        let grown: Vec<u64> = single
+            .iter()
+            .copied()
+            .filter(|s| plan(*s).joining == [2, 3])
+            .collect();
+        eprintln!("one-broker seeds grown: {grown:?}");
+        assert!(grown.len() * 4 >= single.len(), "{grown:?}");
+        assert!(
+            (0..400).all(|s| plan(s).joining.is_empty() || plan(s).nodes == [1]),
+            "only one broker grows"
+        );
+    }
+
+    #[test]
+    fn the_controller_pauses_or_fails_over_in_one_seed_in_three_and_the_fast_tier_has_both() {
+        let mut paused = Vec::new();
+        let mut failed_over = Vec::new();
+        let mut elected_on_resume = Vec::new();
+        for seed in 0..400 {
+            let plan = plan(seed);
+            for (i, e) in plan.events.iter().enumerate() {
+                match &e.event {
+                    Event::ResumeController { lost } if !lost.is_empty() => paused.push(seed),
+                    Event::ActivateController => failed_over.push(seed),
+                    Event::Resume { lag_ms, .. } => {
+                        let within = e.at + Duration::from_millis(*lag_ms + 500);
+                        if plan.events[i..]
+                            .iter()
+                            .take_while(|f| f.at <= within)
+                            .any(|f| f.event == Event::Elect)
+                        {
+                            elected_on_resume.push(seed);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        eprintln!(
+            "paused {paused:?}\nfailed over {failed_over:?}\nelected on resume {elected_on_resume:?}"
+        );
+        let episodes = paused.len() + failed_over.len();
+        assert!((90..180).contains(&episodes), "{episodes} of 400");
+        for seeds in [&paused, &failed_over, &elected_on_resume] {
+            assert!(
+                seeds.iter().any(|s| *s < super::super::FAST_SEEDS),
+                "none among the fast tier's: {seeds:?}"
+            );
+        }
     }
 
     #[test]

@@ -60,8 +60,10 @@ fn settings(plan: &Plan) -> Settings {
         brokers: plan
             .nodes
             .iter()
+            .chain(&plan.joining)
             .map(|&n| (n, format!("b{n}:9092")))
             .collect(),
+        later: plan.joining.clone(),
         txn_partitions: TXN_PARTITIONS,
         replication_factor: plan.replication_factor,
         min_isr: plan.min_isr,
@@ -218,7 +220,7 @@ pub(super) fn run(plan: &Plan) -> Result<Run, String> {
             .unwrap_or_else(|e| refused.push(e));
         }
     }
-    for &node in &plan.nodes {
+    for &node in plan.nodes.iter().chain(&plan.joining) {
         let model = model.clone();
         sim.host(host_of(node), move || broker_host(model.clone(), node));
     }
@@ -317,7 +319,7 @@ pub(super) fn run(plan: &Plan) -> Result<Run, String> {
                     }
                 }
                 Event::StopCluster => {
-                    for &node in &plan.nodes {
+                    for &node in plan.nodes.iter().chain(&plan.joining) {
                         model.kill(node);
                         sim.crash(host_of(node));
                     }
@@ -326,7 +328,7 @@ pub(super) fn run(plan: &Plan) -> Result<Run, String> {
                     clusters += 1;
                     model.replace_cluster(&format!("cluster-{clusters}"), now);
                     members = Members::default();
-                    for &node in &plan.nodes {
+                    for &node in plan.nodes.iter().chain(&plan.joining) {
                         sim.bounce(host_of(node));
                     }
                 }
@@ -471,6 +473,22 @@ fn apply(
             Ok(())
         }
         Event::Replace { node } => model.replace(node, now).map_err(refused),
+        Event::Join { node } => {
+            model.join(node, now);
+            Ok(())
+        }
+        Event::SilenceController => {
+            model.silence_controller();
+            Ok(())
+        }
+        Event::ResumeController { ref lost } => {
+            model.resume_controller(lost, now);
+            Ok(())
+        }
+        Event::ActivateController => {
+            model.activate_controller(now);
+            Ok(())
+        }
         Event::Elect => {
             model.elect_preferred();
             Ok(())

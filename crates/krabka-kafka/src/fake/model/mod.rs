@@ -125,6 +125,10 @@ pub struct Settings {
     /// The coordination topic's: the broker's `min.insync.replicas` (1 by
     /// default; the service creates the topic without one).
     pub topic_min_isr: i32,
+    /// Nodes of `brokers` that start only when [`Model::join`] starts them:
+    /// a cluster grown from fewer brokers. Partitions stay on the replicas
+    /// they were created on.
+    pub later: Vec<i32>,
     /// The coordination topic and its partition count.
     pub topic: String,
     /// Its partitions.
@@ -329,6 +333,30 @@ struct Process {
 }
 
 impl Process {
+    /// A process of `node` with an empty log, started at `now`.
+    fn new(node: i32, life: Life, now: Duration) -> Process {
+        Process {
+            node,
+            life,
+            paused: false,
+            stalled: false,
+            cut: false,
+            catch_up_at: None,
+            view: View::default(),
+            known: BTreeMap::new(),
+            leading: BTreeMap::new(),
+            block: None,
+            last_heartbeat: now,
+            fenced_at: now,
+        }
+    }
+
+    /// Its heartbeats reach the controller (the controller may not be
+    /// there to take them).
+    fn heartbeats(&self) -> bool {
+        self.life == Life::Running && !self.paused && !self.cut
+    }
+
     fn follows_controller(&self) -> bool {
         self.life == Life::Running && !self.paused && !self.cut && self.catch_up_at.is_none()
     }
@@ -373,6 +401,16 @@ struct State {
     data: Data,
     meta: Vec<Meta>,
     controller: View,
+    /// No active controller at work: the one there is SIGSTOPped, or a
+    /// failover is under way. Nothing is registered, fenced, unfenced or
+    /// elected and no metadata is fetched meanwhile; clients, the
+    /// partitions' leaders and their followers go on.
+    controller_silent: bool,
+    /// The nodes started so far (the settings' brokers but those that join
+    /// later), and each partition's replicas, assigned among them when the
+    /// cluster was formatted.
+    members: Vec<i32>,
+    assignment: BTreeMap<Part, Vec<i32>>,
     processes: Vec<Process>,
     /// Per node, the process new connections reach.
     current: BTreeMap<i32, usize>,
@@ -419,6 +457,14 @@ impl Model {
             data: Data::empty(cluster, &settings),
             meta: Vec::new(),
             controller: View::default(),
+            controller_silent: false,
+            members: settings
+                .brokers
+                .iter()
+                .map(|(n, _)| *n)
+                .filter(|n| !settings.later.contains(n))
+                .collect(),
+            assignment: BTreeMap::new(),
             processes: Vec::new(),
             current: BTreeMap::new(),
             truth: Truth::default(),
@@ -479,9 +525,9 @@ impl Model {
     /// The process new connections to `node` reach, and whether it may
     /// answer yet (registered and caught up).
     pub fn serving(&self, node: i32) -> (usize, bool) {
-        self.with(|s| {
-            let p = s.current[&node];
-            (p, s.processes[p].life == Life::Running)
+        self.with(|s| match s.current.get(&node) {
+            Some(&p) => (p, s.processes[p].life == Life::Running),
+            None => (0, false),
         })
     }
 
@@ -501,12 +547,29 @@ impl Model {
 
     // ---- faults ----
 
+    /// A node of [`Settings::later`] started: it registers, is unfenced a
+    /// heartbeat later, and holds no replica of the partitions there are.
+    pub fn join(&self, node: i32, now: Duration) {
+        self.with(|s| {
+            if s.current.contains_key(&node) {
+                return;
+            }
+            s.members.push(node);
+            let id = s.processes.len();
+            s.processes.push(Process::new(node, Life::Starting, now));
+            s.current.insert(node, id);
+            s.dirty = true;
+        });
+    }
+
     /// Kills the node's process (kill -9; the run crashes its host).
+    /// A node that has not joined yet has nothing to kill.
     pub fn kill(&self, node: i32) {
         self.with(|s| {
-            let p = s.current[&node];
-            s.processes[p].life = Life::Dead;
-            s.dirty = true;
+            if let Some(&p) = s.current.get(&node) {
+                s.processes[p].life = Life::Dead;
+                s.dirty = true;
+            }
         });
     }
 
@@ -588,6 +651,66 @@ impl Model {
         });
     }
 
+    /// The active controller stops (SIGSTOP), or fails and no other has
+    /// taken over yet: see [`State::controller_silent`].
+    pub fn silence_controller(&self) {
+        self.with(|s| {
+            s.controller_silent = true;
+            s.dirty = true;
+        });
+    }
+
+    /// The stopped controller runs again (SIGCONT) at `now`. Its fencing
+    /// task, overdue, races the heartbeats waiting on its sockets: since
+    /// Kafka 4.0 a heartbeat's contact time is taken before it is queued
+    /// (KAFKA-17793), but the overdue periodic task may run first. Each
+    /// node in `lost` loses that race: fenced if its last heartbeat taken
+    /// is older than the session timeout, its leaderships moved, then
+    /// unfenced by the heartbeat that follows. The others' heartbeats
+    /// count first.
+    pub fn resume_controller(&self, lost: &[i32], now: Duration) {
+        self.with(|s| {
+            s.controller_silent = false;
+            let registered: Vec<(i32, Registration)> =
+                s.controller.brokers.iter().map(|(n, r)| (*n, *r)).collect();
+            for (node, reg) in registered {
+                let process = &s.processes[reg.process];
+                let stale = now.saturating_sub(process.last_heartbeat) > s.settings.session_timeout;
+                if reg.fenced || !process.heartbeats() {
+                    continue;
+                }
+                if lost.contains(&node) && stale {
+                    s.fence(node, reg.process, now);
+                } else {
+                    s.processes[reg.process].last_heartbeat = now;
+                }
+            }
+            s.tick(now);
+        });
+    }
+
+    /// Another controller becomes active at `now` (a failover): it starts
+    /// every unfenced broker's session afresh
+    /// (`ClusterControlManager.activate`, KAFKA-18138, KAFKA-19130), so
+    /// none is fenced for the silence, a dead one only a session timeout
+    /// later.
+    pub fn activate_controller(&self, now: Duration) {
+        self.with(|s| {
+            s.controller_silent = false;
+            let unfenced: Vec<usize> = s
+                .controller
+                .brokers
+                .values()
+                .filter(|r| !r.fenced)
+                .map(|r| r.process)
+                .collect();
+            for p in unfenced {
+                s.processes[p].last_heartbeat = now;
+            }
+            s.tick(now);
+        });
+    }
+
     /// A preferred leader election of every partition (`kafka-leader-election`,
     /// auto leader rebalance).
     pub fn elect_preferred(&self) {
@@ -634,6 +757,7 @@ impl Model {
             }
             s.meta.clear();
             s.controller = View::default();
+            s.controller_silent = false;
             s.boot(now);
         });
     }
@@ -924,13 +1048,15 @@ impl State {
             .collect()
     }
 
+    /// The nodes started so far.
     fn nodes(&self) -> Vec<i32> {
-        self.settings.brokers.iter().map(|(id, _)| *id).collect()
+        self.members.clone()
     }
 
-    /// The replicas of `part`, the preferred one first ([`replicas_of`]).
+    /// The replicas of `part`, the preferred one first, as assigned when
+    /// the cluster was formatted ([`replicas_of`]).
     fn replicas(&self, part: Part) -> Vec<i32> {
-        replicas_of(part, &self.nodes(), self.settings.replication_factor)
+        self.assignment.get(&part).cloned().unwrap_or_default()
     }
 
     /// The preferred replica of `part` (the first of its assignment).
@@ -953,22 +1079,20 @@ impl State {
     /// A fresh cluster: a running process per node, every partition led by
     /// its preferred replica at epoch 0.
     fn boot(&mut self, now: Duration) {
-        for node in self.nodes() {
+        let nodes = self.nodes();
+        self.assignment = self
+            .parts()
+            .into_iter()
+            .map(|part| {
+                let replicas = replicas_of(part, &nodes, self.settings.replication_factor);
+                (part, replicas)
+            })
+            .collect();
+        for node in nodes {
             let id = self.processes.len();
-            self.processes.push(Process {
-                node,
-                life: Life::Running,
-                paused: false,
-                stalled: false,
-                cut: false,
-                catch_up_at: None,
-                view: View::default(),
-                known: self.parts().into_iter().map(|p| (p, 0)).collect(),
-                leading: BTreeMap::new(),
-                block: None,
-                last_heartbeat: now,
-                fenced_at: now,
-            });
+            let mut process = Process::new(node, Life::Running, now);
+            process.known = self.parts().into_iter().map(|p| (p, 0)).collect();
+            self.processes.push(process);
             self.current.insert(node, id);
             self.meta.push(Meta::Register { node, process: id });
             self.meta.push(Meta::Unfence { node, process: id });
@@ -1130,10 +1254,18 @@ impl State {
         self.dirty = true;
     }
 
-    fn draw_producer_id(&mut self, process: usize) -> i64 {
+    /// The next id of the coordinator's block, or a new block from the
+    /// controller (`AllocateProducerIds`: not while it is silent; the
+    /// coordinator answers COORDINATOR_LOAD_IN_PROGRESS, retriable).
+    fn draw_producer_id(&mut self, process: usize) -> Result<i64, NotWritten> {
         const BLOCK: i64 = 1000;
         let block = match self.processes[process].block {
             Some((next, end)) if next < end => (next, end),
+            _ if self.controller_silent => {
+                return Err(NotWritten(
+                    "no producer id block: the controller is silent".to_owned(),
+                ));
+            }
             _ => {
                 let start = self.data.next_block * BLOCK;
                 self.data.next_block += 1;
@@ -1141,7 +1273,7 @@ impl State {
             }
         };
         self.processes[process].block = Some((block.0 + 1, block.1));
-        block.0
+        Ok(block.0)
     }
 
     fn bump(
@@ -1165,7 +1297,7 @@ impl State {
         });
         let pair = match current {
             Some(v) if !rotate => (v.pid, v.epoch + 1),
-            _ => (self.draw_producer_id(writer), 0),
+            _ => (self.draw_producer_id(writer)?, 0),
         };
         if let Some(log) = self.data.txn.get_mut(&p) {
             log.push(TxnEntry {
@@ -1227,11 +1359,10 @@ impl State {
         }
     }
 
-    /// Whether `node` may lead `part` or join its ISR now: a replica whose
+    /// Whether `node` may join the ISR of `part` now: a replica whose
     /// current process runs, follows the controller, is registered
-    /// unfenced and holds the whole log. Stricter than Kafka's acceptable
-    /// leader (unfenced), which may elect a paused broker before its
-    /// session ends.
+    /// unfenced and holds the whole log (`Partition.isReplicaIsrEligible`
+    /// and the follower's fetch offset).
     fn caught_up(&self, part: Part, node: i32) -> bool {
         let Some(reg) = self.controller.brokers.get(&node).filter(|r| !r.fenced) else {
             return false;
@@ -1251,17 +1382,21 @@ impl State {
     }
 
     /// The first replica of `part` in assignment order that may lead it
-    /// with ISR `isr` and ELR `elr` (`only`: that one, else any): caught
-    /// up, and in the ISR, or in the ELR while the ISR is empty
-    /// (`PartitionChangeBuilder.electAnyLeader`, `isValidNewLeader`; no
-    /// unclean election); -1 when none may.
+    /// with ISR `isr` and ELR `elr` (`only`: that one, else any): in the
+    /// ISR, or in the ELR while the ISR is empty, and registered unfenced
+    /// (`PartitionChangeBuilder.electAnyLeader`, `isValidNewLeader`,
+    /// `isAcceptableLeader`; no unclean election); -1 when none may. What
+    /// its process does is not the controller's to know: a paused or dead
+    /// one whose session has not yet ended is elected, and one unfenced a
+    /// moment ago still applying the metadata it missed leads before it
+    /// knows it.
     fn electable(&self, part: Part, isr: &[i32], elr: &[i32], only: i32) -> i32 {
         self.replicas(part)
             .into_iter()
             .filter(|&n| only < 0 || n == only)
             .find(|&n| {
                 (isr.contains(&n) || (isr.is_empty() && elr.contains(&n)))
-                    && self.caught_up(part, n)
+                    && self.controller.brokers.get(&n).is_some_and(|r| !r.fenced)
             })
             .unwrap_or(-1)
     }
@@ -1312,6 +1447,14 @@ impl State {
             isr,
             elr,
         });
+    }
+
+    /// Fences `node`'s registered process `process` at `now`
+    /// (`ReplicationControlManager.maybeFenceOneStaleBroker`).
+    fn fence(&mut self, node: i32, process: usize, now: Duration) {
+        self.append_meta(Meta::Fence { node, process });
+        self.processes[process].fenced_at = now;
+        self.fence_out(node);
     }
 
     /// `node`, just fenced, leaves every ISR, and the partitions it led get
@@ -1386,6 +1529,9 @@ impl State {
     }
 
     fn elect_preferred(&mut self) {
+        if self.controller_silent {
+            return;
+        }
         for part in self.parts() {
             let preferred = self.preferred(part);
             if let Some(old) = self.controller.leader(part).cloned()
@@ -1398,6 +1544,9 @@ impl State {
     }
 
     fn move_leader(&mut self, part: Part, node: i32) {
+        if self.controller_silent {
+            return;
+        }
         if let Some(old) = self.controller.leader(part).cloned()
             && old.leader != node
             && self.can_lead(part, node)
@@ -1408,15 +1557,21 @@ impl State {
 
     fn tick(&mut self, now: Duration) {
         let settings = self.settings.clone();
+        let silent = self.controller_silent;
         // Heartbeats, and the end of a paused process's catching up.
         for process in &mut self.processes {
-            if process.life == Life::Running && !process.paused && !process.cut {
+            if process.heartbeats() && !silent {
                 process.last_heartbeat = now;
             }
             if process.catch_up_at.is_some_and(|at| at <= now) {
                 process.catch_up_at = None;
                 self.dirty = true;
             }
+        }
+        if silent {
+            self.copy_logs();
+            self.abort_timed_out(now);
+            return;
         }
         // Registrations: a starting process once its node's registered one
         // is fenced.
@@ -1454,12 +1609,7 @@ impl State {
             // A killed process too: only its silence tells the controller.
             let silent = now.saturating_sub(process.last_heartbeat) > settings.session_timeout;
             if !reg.fenced && silent {
-                self.append_meta(Meta::Fence {
-                    node: *node,
-                    process: reg.process,
-                });
-                self.processes[reg.process].fenced_at = now;
-                self.fence_out(*node);
+                self.fence(*node, reg.process, now);
             }
         }
         // Metadata applied and logs copied by the processes that follow the
@@ -1475,20 +1625,8 @@ impl State {
                 self.note_leading(p, now + settings.load);
                 self.dirty = true;
             }
-            let node = self.processes[p].node;
-            if self.processes[p].replicates() && self.current.get(&node) == Some(&p) {
-                for part in self.parts() {
-                    if !self.replicas(part).contains(&node) {
-                        continue;
-                    }
-                    let len = self.log_len(part);
-                    if self.processes[p].known.get(&part) != Some(&len) {
-                        self.processes[p].known.insert(part, len);
-                        self.dirty = true;
-                    }
-                }
-            }
         }
+        self.copy_logs();
         // Unfencing: a fenced process that heartbeats again and caught up.
         let registered: Vec<(i32, Registration)> = self
             .controller
@@ -1499,8 +1637,8 @@ impl State {
         for (node, reg) in registered {
             let process = &self.processes[reg.process];
             if reg.fenced
-                && process.follows_controller()
-                && process.view.applied == self.meta.len()
+                && process.heartbeats()
+                && process.view.applied > self.registered_at(node, reg.process)
                 && now >= process.fenced_at + settings.heartbeat
             {
                 self.append_meta(Meta::Unfence {
@@ -1519,12 +1657,50 @@ impl State {
             self.elect_leaderless(part);
             self.expand_isr(part);
         }
-        // Transactions left open past the timeout: the coordinator aborts
-        // them, bumping the epoch.
+        self.abort_timed_out(now);
+    }
+
+    /// Every replica whose current process copies takes its partitions'
+    /// logs whole (within the tick: milliseconds); a follower fetches from
+    /// its leader, with or without a controller.
+    fn copy_logs(&mut self) {
+        for p in 0..self.processes.len() {
+            let node = self.processes[p].node;
+            if !self.processes[p].replicates() || self.current.get(&node) != Some(&p) {
+                continue;
+            }
+            for part in self.parts() {
+                if !self.replicas(part).contains(&node) {
+                    continue;
+                }
+                let len = self.log_len(part);
+                if self.processes[p].known.get(&part) != Some(&len) {
+                    self.processes[p].known.insert(part, len);
+                    self.dirty = true;
+                }
+            }
+        }
+    }
+
+    /// The offset of process `process`'s registration record: it is
+    /// unfenced on a heartbeat that reports a metadata offset past it
+    /// (`BrokerHeartbeatManager.calculateNextBrokerState`), however much
+    /// else it has still to apply.
+    fn registered_at(&self, node: i32, process: usize) -> usize {
+        self.meta
+            .iter()
+            .rposition(|m| matches!(m, Meta::Register { node: n, process: q } if *n == node && *q == process))
+            .unwrap_or(0)
+    }
+
+    /// Transactions left open past the timeout: the coordinator aborts
+    /// them, bumping the epoch (`TransactionCoordinator
+    /// .abortTimedOutTransactions`; no controller needed).
+    fn abort_timed_out(&mut self, now: Duration) {
         let mut timed_out = Vec::new();
         for (p, log) in &self.data.topic {
             for (pid, open) in &log.open {
-                if now >= open.since + settings.transaction_timeout {
+                if now >= open.since + self.settings.transaction_timeout {
                     timed_out.push((*p, *pid, open.role.clone(), open.epoch));
                 }
             }
@@ -1533,7 +1709,7 @@ impl State {
             let Ok(topic_writer) = self.writer(Part::Topic(p), now) else {
                 continue;
             };
-            let current = self.data.current(settings.txn_partitions, &role);
+            let current = self.data.current(self.settings.txn_partitions, &role);
             let bumped = match current {
                 Some(v) if v.pid == pid && v.epoch == epoch => {
                     match self.bump(&role, now, "CompleteAbort", false) {
@@ -1568,6 +1744,7 @@ mod tests {
             replication_factor: 3,
             min_isr: 2,
             topic_min_isr: 1,
+            later: Vec::new(),
             topic: "t".into(),
             topic_partitions: 2,
             session_timeout: secs(9),
@@ -1577,6 +1754,14 @@ mod tests {
             min_compaction_lag: secs(30),
         };
         Model::new(settings, "c", Arc::new(|| Duration::ZERO))
+    }
+
+    /// A role whose id lives in `Txn(0)`.
+    fn role_in_txn_0() -> String {
+        (0..100)
+            .map(|i| format!("r{i}"))
+            .find(|r| txn_partition_of(r, 3) == 0)
+            .unwrap()
     }
 
     fn isr(model: &Model, part: Part) -> (i32, i32, Vec<i32>, Vec<i32>) {
@@ -1589,10 +1774,7 @@ mod tests {
     #[test]
     fn fencing_shrinks_the_isr_and_a_write_needs_min_isr_of_it() {
         let model = model();
-        let role = (0..100)
-            .map(|i| format!("r{i}"))
-            .find(|r| txn_partition_of(r, 3) == 0)
-            .unwrap();
+        let role = role_in_txn_0();
         let part = Part::Txn(0);
         assert_eq!(model.replicas(part), [1, 2, 3]);
         assert_eq!(model.replicas(Part::Txn(2)), [3, 4, 1]);
@@ -1659,5 +1841,112 @@ mod tests {
         model.tick(secs(26));
         model.tick(secs(26));
         assert_eq!(isr(&model, part), (3, 2, vec![3, 2], vec![]));
+    }
+
+    fn fenced(model: &Model, node: i32) -> bool {
+        model.with(|s| s.controller.brokers[&node].fenced)
+    }
+
+    #[test]
+    fn a_silent_controller_fences_nobody_and_on_resume_fences_who_lost_the_race() {
+        let model = model();
+        let part = Part::Txn(0);
+        model.tick(secs(0));
+        model.silence_controller();
+        model.tick(secs(5));
+        model.tick(secs(12));
+        // Nothing moves: no fencing, no election, no new producer id block.
+        model.move_leader(part, 2);
+        assert_eq!(isr(&model, part), (1, 0, vec![1, 2, 3], vec![]));
+        assert!((1..=4).all(|n| !fenced(&model, n)));
+        let role = role_in_txn_0();
+        let refused = model.init_producer_id(&role, secs(12)).unwrap_err();
+        assert!(refused.0.contains("controller is silent"), "{refused:?}");
+        // SIGCONT: 1's heartbeat came too late, the others' in time.
+        model.resume_controller(&[1], secs(12));
+        assert!(fenced(&model, 1) && !fenced(&model, 2));
+        assert_eq!(isr(&model, part), (2, 1, vec![2, 3], vec![]));
+        // Unfenced a heartbeat later, back in the ISR.
+        model.tick(secs(14));
+        model.tick(secs(14));
+        assert!(!fenced(&model, 1));
+        assert_eq!(isr(&model, part), (2, 1, vec![2, 3, 1], vec![]));
+    }
+
+    #[test]
+    fn a_new_active_controller_starts_every_session_afresh() {
+        let model = model();
+        model.tick(secs(0));
+        model.kill(2);
+        model.silence_controller();
+        model.tick(secs(8));
+        model.activate_controller(secs(8));
+        model.tick(secs(16));
+        assert!(!fenced(&model, 2), "fenced before its new session ended");
+        model.tick(secs(18));
+        assert!(fenced(&model, 2));
+    }
+
+    #[test]
+    fn a_resumed_broker_is_unfenced_and_elected_before_it_applied_what_it_missed() {
+        let model = model();
+        let part = Part::Txn(0);
+        model.tick(secs(0));
+        // Paused past the session timeout: fenced, out of the ISR; resumed,
+        // unfenced on its first heartbeat though 3 s from caught up (its
+        // registration is long applied).
+        model.pause(3, true, Duration::ZERO, secs(0));
+        model.tick(secs(10));
+        assert!(fenced(&model, 3));
+        model.pause(3, false, secs(3), secs(10));
+        model.tick(secs(12));
+        let behind = model.with(|s| s.processes[s.current[&3]].view.applied < s.meta.len());
+        assert!(!fenced(&model, 3) && behind);
+        // Paused within its session: still in the ISR, so the preferred
+        // election right after its resume makes it leader while its own
+        // view names it leader at the epoch it had.
+        model.tick(secs(16));
+        model.pause(1, true, Duration::ZERO, secs(16));
+        model.tick(secs(17));
+        model.move_leader(part, 2);
+        assert_eq!(isr(&model, part).0, 2);
+        model.pause(1, false, secs(3), secs(20));
+        model.tick(secs(20));
+        model.elect_preferred();
+        let (leader, epoch, _, _) = isr(&model, part);
+        assert_eq!(leader, 1);
+        let own = model.with(|s| s.processes[s.current[&1]].view.leader(part).unwrap().epoch);
+        assert!(own < epoch, "its view: {own}, the controller's: {epoch}");
+        let role = role_in_txn_0();
+        let waits = model.init_producer_id(&role, secs(20)).unwrap_err();
+        assert!(waits.0.contains("has not applied"), "{waits:?}");
+        model.tick(secs(23));
+        model.init_producer_id(&role, secs(23)).unwrap();
+    }
+
+    #[test]
+    fn a_cluster_grown_from_one_broker_keeps_its_partitions_where_they_were() {
+        let settings = Settings {
+            brokers: (1..=3).map(|n| (n, format!("b{n}:9092"))).collect(),
+            replication_factor: 1,
+            min_isr: 1,
+            later: vec![2, 3],
+            ..model().settings()
+        };
+        let model = Model::new(settings, "c", Arc::new(|| Duration::ZERO));
+        model.tick(secs(0));
+        assert_eq!(model.serving(2), (0, false));
+        model.join(2, secs(1));
+        model.join(3, secs(1));
+        model.tick(secs(1));
+        assert!(fenced(&model, 2) && fenced(&model, 3));
+        model.tick(secs(3));
+        assert!(!fenced(&model, 2) && !fenced(&model, 3));
+        assert!(model.serving(3).1);
+        for part in [Part::Txn(0), Part::Txn(2), Part::Topic(1)] {
+            assert_eq!(model.replicas(part), [1]);
+            model.elect_preferred();
+            assert_eq!(isr(&model, part), (1, 0, vec![1], vec![]));
+        }
     }
 }
