@@ -33,72 +33,22 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::support::broker::{kafka_script, kafka_tool};
+use crate::support::broker::kafka_script;
 use crate::support::cluster::{
-    CHECK_WAIT, OwnCluster, coordinator_id, exclusive, mint, own_client, service_config,
+    CHECK_WAIT, OwnCluster, TRANSACTION_PARTITIONS, coordinator_id, exclusive, mint, own_client,
+    service_config, transaction_partition, transaction_state_replicas,
 };
 use crate::support::process::binary;
 use crate::support::proxy::Proxy;
 use crate::support::service::{check, start};
 use crate::support::{http_client, unique};
 
-/// `transaction.state.log.num.partitions` of `scripts/kafka`'s clusters.
-const TRANSACTION_PARTITIONS: i32 = 4;
 /// How long the cut lasts at least once T2 is minted.
 const AFTER_MINT: Duration = Duration::from_secs(15);
 /// CLI runs at least, and at most this long after the mint to make them.
 const CLI_RUNS: usize = 45;
 const CLI_LIMIT: Duration = Duration::from_secs(60);
 const CLIENT_ID: &str = "krabka-rack-test";
-
-/// The partition of `__transaction_state` that holds `id`, as Kafka's
-/// `TransactionStateManager.partitionFor` computes it:
-/// `Utils.abs(id.hashCode()) % partitions` (Java's `String.hashCode`, and
-/// `Utils.abs(Integer.MIN_VALUE) == 0`).
-fn transaction_partition(id: &str, partitions: i32) -> i32 {
-    let hash = id.encode_utf16().fold(0i32, |h, unit| {
-        h.wrapping_mul(31).wrapping_add(i32::from(unit))
-    });
-    (if hash == i32::MIN { 0 } else { hash.abs() }) % partitions
-}
-
-/// The leader and the replicas of `__transaction_state`'s `partition`, as
-/// Kafka's TopicCommand describes it.
-fn transaction_state_replicas(bootstrap: &str, partition: i32) -> (i32, Vec<i32>) {
-    let out = kafka_tool(
-        &[
-            "org.apache.kafka.tools.TopicCommand",
-            "kafka.admin.TopicCommand",
-        ],
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "--describe",
-            "--topic",
-            "__transaction_state",
-        ],
-    );
-    for line in out.lines() {
-        let field = |name: &str| {
-            line.split('\t')
-                .find_map(|f| f.trim().strip_prefix(name))
-                .map(str::trim)
-        };
-        if field("Partition: ") != Some(&partition.to_string()) {
-            continue;
-        }
-        let leader = field("Leader: ").and_then(|l| l.parse().ok());
-        let replicas: Vec<i32> = field("Replicas: ")
-            .unwrap_or_default()
-            .split(',')
-            .filter_map(|r| r.parse().ok())
-            .collect();
-        if let Some(leader) = leader {
-            return (leader, replicas);
-        }
-    }
-    panic!("no leader of __transaction_state-{partition} in:\n{out}");
-}
 
 /// One CLI run: its exit code and the verdict it printed.
 type Run = (Option<i32>, String);

@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::broker::kafka_script;
+use super::broker::{kafka_script, kafka_tool};
 use super::service::{Config, Service, config, start};
 use super::{capture_logs, http_client, unique};
 
@@ -130,6 +130,17 @@ impl Cluster {
         tokio::task::block_in_place(|| {
             kafka_script(&[verb, "--name", &self.name, "--node", &id]);
         });
+    }
+
+    /// A preferred leader election of `partition` (`TOPIC:N`): whether it
+    /// was elected (its first replica in sync, and asked to lead).
+    pub fn elect(&self, partition: &str) -> bool {
+        tokio::task::block_in_place(|| {
+            std::process::Command::new(super::repo().join("scripts/kafka"))
+                .args(["elect", "--name", &self.name, "--partition", partition])
+                .output()
+                .is_ok_and(|out| out.status.success())
+        })
     }
 
     /// Every node running, its disk writable and reaching the controller
@@ -779,6 +790,58 @@ pub async fn role_led_by_its_coordinator(
             return (role, coordinator);
         }
     }
+}
+
+/// `transaction.state.log.num.partitions` of `scripts/kafka`'s clusters.
+pub const TRANSACTION_PARTITIONS: i32 = 4;
+
+/// The partition of `__transaction_state` that holds `id`, as Kafka's
+/// `TransactionStateManager.partitionFor` computes it:
+/// `Utils.abs(id.hashCode()) % partitions` (Java's `String.hashCode`, and
+/// `Utils.abs(Integer.MIN_VALUE) == 0`).
+pub fn transaction_partition(id: &str, partitions: i32) -> i32 {
+    let hash = id.encode_utf16().fold(0i32, |h, unit| {
+        h.wrapping_mul(31).wrapping_add(i32::from(unit))
+    });
+    (if hash == i32::MIN { 0 } else { hash.abs() }) % partitions
+}
+
+/// The leader and the replicas of `__transaction_state`'s `partition`, as
+/// Kafka's TopicCommand describes it.
+pub fn transaction_state_replicas(bootstrap: &str, partition: i32) -> (i32, Vec<i32>) {
+    let out = kafka_tool(
+        &[
+            "org.apache.kafka.tools.TopicCommand",
+            "kafka.admin.TopicCommand",
+        ],
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "--describe",
+            "--topic",
+            "__transaction_state",
+        ],
+    );
+    for line in out.lines() {
+        let field = |name: &str| {
+            line.split('\t')
+                .find_map(|f| f.trim().strip_prefix(name))
+                .map(str::trim)
+        };
+        if field("Partition: ") != Some(&partition.to_string()) {
+            continue;
+        }
+        let leader = field("Leader: ").and_then(|l| l.parse().ok());
+        let replicas: Vec<i32> = field("Replicas: ")
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|r| r.parse().ok())
+            .collect();
+        if let Some(leader) = leader {
+            return (leader, replicas);
+        }
+    }
+    panic!("no leader of __transaction_state-{partition} in:\n{out}");
 }
 
 pub async fn coordinator_id(client: &KafkaClient, role: &str) -> i32 {
