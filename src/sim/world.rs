@@ -478,7 +478,7 @@ fn apply(
             Ok(())
         }
         Event::SilenceController => {
-            model.silence_controller();
+            model.silence_controller(now);
             Ok(())
         }
         Event::ResumeController { ref lost } => {

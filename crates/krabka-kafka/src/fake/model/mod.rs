@@ -652,9 +652,11 @@ impl Model {
     }
 
     /// The active controller stops (SIGSTOP), or fails and no other has
-    /// taken over yet: see [`State::controller_silent`].
-    pub fn silence_controller(&self) {
+    /// taken over yet, at `now`: see [`State::controller_silent`]. What it
+    /// had committed, the brokers that follow it have fetched.
+    pub fn silence_controller(&self, now: Duration) {
         self.with(|s| {
+            s.apply_metadata(now);
             s.controller_silent = true;
             s.dirty = true;
         });
@@ -1237,14 +1239,17 @@ impl State {
     fn appended(&mut self, part: Part, writer: usize, now: Duration) {
         let len = self.log_len(part);
         let replicas = self.replicas(part);
-        for (i, process) in self.processes.iter_mut().enumerate() {
-            if i == writer
-                || (process.replicates()
-                    && replicas.contains(&process.node)
-                    && self.current.get(&process.node) == Some(&i))
-            {
-                process.known.insert(part, len);
-            }
+        let copying: Vec<usize> = (0..self.processes.len())
+            .filter(|&i| {
+                let node = self.processes[i].node;
+                i == writer
+                    || (self.fetches(i)
+                        && replicas.contains(&node)
+                        && self.current.get(&node) == Some(&i))
+            })
+            .collect();
+        for i in copying {
+            self.processes[i].known.insert(part, len);
         }
         if let Part::Topic(p) = part
             && let Some(log) = self.data.topic.get_mut(&p)
@@ -1347,9 +1352,17 @@ impl State {
 
     /// Whether `node`'s current process copies its partitions' logs now.
     fn copies(&self, node: i32) -> bool {
-        self.current
-            .get(&node)
-            .is_some_and(|&p| self.processes[p].replicates())
+        self.current.get(&node).is_some_and(|&p| self.fetches(p))
+    }
+
+    /// Whether process `p` fetches what its leaders append: it replicates,
+    /// and has the controller's view or gets it within the tick. One left
+    /// behind while the controller is silent (it caught up with nothing to
+    /// catch up from) follows the leaders it knew, itself perhaps, and
+    /// fetches nothing.
+    fn fetches(&self, p: usize) -> bool {
+        let process = &self.processes[p];
+        process.replicates() && !(self.controller_silent && process.view.applied < self.meta.len())
     }
 
     fn log_len(&self, part: Part) -> usize {
@@ -1367,10 +1380,14 @@ impl State {
         let Some(reg) = self.controller.brokers.get(&node).filter(|r| !r.fenced) else {
             return false;
         };
-        let process = &self.processes[reg.process];
         self.replicas(part).contains(&node)
-            && process.replicates()
-            && process.known.get(&part).copied().unwrap_or(0) >= self.log_len(part)
+            && self.fetches(reg.process)
+            && self.processes[reg.process]
+                .known
+                .get(&part)
+                .copied()
+                .unwrap_or(0)
+                >= self.log_len(part)
     }
 
     /// Whether `node` may be elected leader of `part` now
@@ -1612,20 +1629,7 @@ impl State {
                 self.fence(*node, reg.process, now);
             }
         }
-        // Metadata applied and logs copied by the processes that follow the
-        // controller (within the tick: milliseconds).
-        for p in 0..self.processes.len() {
-            if !self.processes[p].follows_controller() {
-                continue;
-            }
-            if self.processes[p].view.applied < self.meta.len() {
-                let mut view = std::mem::take(&mut self.processes[p].view);
-                view.advance(&self.meta);
-                self.processes[p].view = view;
-                self.note_leading(p, now + settings.load);
-                self.dirty = true;
-            }
-        }
+        self.apply_metadata(now);
         self.copy_logs();
         // Unfencing: a fenced process that heartbeats again and caught up.
         let registered: Vec<(i32, Registration)> = self
@@ -1660,13 +1664,30 @@ impl State {
         self.abort_timed_out(now);
     }
 
+    /// Metadata applied by the processes that follow the controller (within
+    /// the tick: milliseconds).
+    fn apply_metadata(&mut self, now: Duration) {
+        for p in 0..self.processes.len() {
+            if !self.processes[p].follows_controller() {
+                continue;
+            }
+            if self.processes[p].view.applied < self.meta.len() {
+                let mut view = std::mem::take(&mut self.processes[p].view);
+                view.advance(&self.meta);
+                self.processes[p].view = view;
+                self.note_leading(p, now + self.settings.load);
+                self.dirty = true;
+            }
+        }
+    }
+
     /// Every replica whose current process copies takes its partitions'
     /// logs whole (within the tick: milliseconds); a follower fetches from
     /// its leader, with or without a controller.
     fn copy_logs(&mut self) {
         for p in 0..self.processes.len() {
             let node = self.processes[p].node;
-            if !self.processes[p].replicates() || self.current.get(&node) != Some(&p) {
+            if !self.fetches(p) || self.current.get(&node) != Some(&p) {
                 continue;
             }
             for part in self.parts() {
@@ -1852,7 +1873,7 @@ mod tests {
         let model = model();
         let part = Part::Txn(0);
         model.tick(secs(0));
-        model.silence_controller();
+        model.silence_controller(secs(0));
         model.tick(secs(5));
         model.tick(secs(12));
         // Nothing moves: no fencing, no election, no new producer id block.
@@ -1874,11 +1895,34 @@ mod tests {
     }
 
     #[test]
+    fn a_broker_behind_a_silent_controller_fetches_nothing() {
+        let model = model();
+        let role = role_in_txn_0();
+        model.tick(secs(0));
+        model.init_producer_id(&role, secs(0)).unwrap();
+        // Paused within its session; resumed, it has missed a leader
+        // change (1 took Txn(0) back) when the controller goes silent.
+        model.move_leader(Part::Txn(0), 2);
+        model.pause(3, true, Duration::ZERO, secs(0));
+        model.tick(secs(1));
+        model.elect_preferred();
+        model.pause(3, false, secs(1), secs(2));
+        model.silence_controller(secs(2));
+        model.tick(secs(4));
+        // Done catching up, it has nothing to catch up from: 1's append
+        // waits for it.
+        let waits = model.init_producer_id(&role, secs(4)).unwrap_err();
+        assert!(waits.0.contains("[3] copy nothing"), "{waits:?}");
+        model.resume_controller(&[], secs(5));
+        model.init_producer_id(&role, secs(5)).unwrap();
+    }
+
+    #[test]
     fn a_new_active_controller_starts_every_session_afresh() {
         let model = model();
         model.tick(secs(0));
         model.kill(2);
-        model.silence_controller();
+        model.silence_controller(secs(0));
         model.tick(secs(8));
         model.activate_controller(secs(8));
         model.tick(secs(16));
