@@ -931,3 +931,75 @@ async fn a_broker_holding_no_replica_never_confirms_a_deposed_coordinator() {
     }
     assert!(by_3 > 0, "no confirmation went to broker 3");
 }
+
+/// The missing replicas are asked at once. Four brokers agree: broker 0
+/// leads the id's partition, on brokers [0, 1, 2]; broker 3 holds no
+/// replica. A fresh client bootstrapped from broker 3 (the CLI) draws its
+/// round's confirming broker among 1, 2 and 3; when it is 3, or min.isr is
+/// not read yet (1: every replica must speak), the replicas missing are
+/// asked beside it, and the one describe is confirmed: never described
+/// twice. With the replicas never asked (cargo-mutants: `ask_replicas`
+/// answering nothing), each such check was described again.
+#[tokio::test]
+async fn a_coordinator_short_of_replicas_is_confirmed_by_them_at_once() {
+    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let mut brokers = Vec::new();
+    for node in 0..4 {
+        let addrs = addrs.clone();
+        let script = Arc::new(move |header: &RequestHeader, body: Bytes| {
+            let addrs = addrs.lock().unwrap().clone();
+            let list: Vec<(i32, &str)> = (0..).zip(addrs.iter().map(String::as_str)).collect();
+            match ApiKey::try_from(header.request_api_key).unwrap() {
+                ApiKey::Metadata => {
+                    let partitions = [(0, 0, 5)];
+                    let mut response =
+                        metadata(&list, Some(("__transaction_state", &partitions[..])));
+                    for t in &mut response.topics {
+                        for p in &mut t.partitions {
+                            p.replica_nodes =
+                                [0, 1, 2].map(kafka_protocol::messages::BrokerId).to_vec();
+                        }
+                    }
+                    Some(answer(header, &response))
+                }
+                ApiKey::FindCoordinator => Some(answer(
+                    header,
+                    &naming(request(header.request_api_version, body), |_| {
+                        (0, &addrs[0])
+                    }),
+                )),
+                ApiKey::DescribeConfigs => Some(crate::fake::configs(
+                    header,
+                    body,
+                    &[("min.insync.replicas", "2")],
+                )),
+                ApiKey::DescribeTransactions if node == 0 => {
+                    Some(described(header, body, (7, 1), "Empty"))
+                }
+                _ => None,
+            }
+        }) as crate::fake::Script;
+        brokers.push(FakeBroker::start(script).await);
+    }
+    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+    let mut by_3 = 0;
+    for n in 0..24 {
+        let client = client(&[&brokers[3].addr]);
+        let described = brokers[0].requests(ApiKey::DescribeTransactions).len();
+        let asked_3 = brokers[3].requests(ApiKey::Metadata).len();
+        let d = client
+            .describer()
+            .describe_transaction("r")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((d.producer_id, d.producer_epoch), (7, 1));
+        assert_eq!(
+            brokers[0].requests(ApiKey::DescribeTransactions).len() - described,
+            1,
+            "client {n}: described again, its replicas not asked at once"
+        );
+        by_3 += usize::from(brokers[3].requests(ApiKey::Metadata).len() > asked_3 + 1);
+    }
+    assert!(by_3 > 0, "no confirmation went to broker 3");
+}
