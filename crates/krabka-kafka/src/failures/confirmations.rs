@@ -867,51 +867,12 @@ async fn a_coordinator_elected_again_since_it_said_is_asked_again_and_its_earlie
 /// it: the old pair in about a third of fresh clients.
 #[tokio::test]
 async fn a_broker_holding_no_replica_never_confirms_a_deposed_coordinator() {
-    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     let behind = |node: usize| node == 0 || node == 3;
-    let mut brokers = Vec::new();
-    for node in 0..4 {
-        let addrs = addrs.clone();
-        let script = Arc::new(move |header: &RequestHeader, body: Bytes| {
-            let addrs = addrs.lock().unwrap().clone();
-            let list: Vec<(i32, &str)> = (0..).zip(addrs.iter().map(String::as_str)).collect();
-            let (leader, epoch) = if behind(node) { (0, 5) } else { (1, 6) };
-            match ApiKey::try_from(header.request_api_key).unwrap() {
-                ApiKey::Metadata => {
-                    let partitions = [(0, leader, epoch)];
-                    let topic = Some(("__transaction_state", &partitions[..]));
-                    let mut response = metadata(&list, topic);
-                    for t in &mut response.topics {
-                        for p in &mut t.partitions {
-                            p.replica_nodes =
-                                [0, 1, 2].map(kafka_protocol::messages::BrokerId).to_vec();
-                        }
-                    }
-                    Some(answer(header, &response))
-                }
-                ApiKey::FindCoordinator => Some(answer(
-                    header,
-                    &naming(request(header.request_api_version, body), |_| {
-                        (leader, &addrs[leader as usize])
-                    }),
-                )),
-                ApiKey::DescribeConfigs => Some(crate::fake::configs(
-                    header,
-                    body,
-                    &[("min.insync.replicas", "2")],
-                )),
-                ApiKey::DescribeTransactions if node == 0 => {
-                    Some(described(header, body, (7, 1), "Empty"))
-                }
-                ApiKey::DescribeTransactions if node == 1 => {
-                    Some(described(header, body, (7, 2), "Empty"))
-                }
-                _ => None,
-            }
-        }) as crate::fake::Script;
-        brokers.push(FakeBroker::start(script).await);
-    }
-    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+    let brokers = four_brokers(
+        move |node| if behind(node) { (0, 5) } else { (1, 6) },
+        |node| [Some((7, 1)), Some((7, 2)), None, None][node],
+    )
+    .await;
     let mut by_3 = 0;
     for _ in 0..24 {
         let client = client(&[&brokers[0].addr]);
@@ -942,46 +903,7 @@ async fn a_broker_holding_no_replica_never_confirms_a_deposed_coordinator() {
 /// answering nothing), each such check was described again.
 #[tokio::test]
 async fn a_coordinator_short_of_replicas_is_confirmed_by_them_at_once() {
-    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
-    let mut brokers = Vec::new();
-    for node in 0..4 {
-        let addrs = addrs.clone();
-        let script = Arc::new(move |header: &RequestHeader, body: Bytes| {
-            let addrs = addrs.lock().unwrap().clone();
-            let list: Vec<(i32, &str)> = (0..).zip(addrs.iter().map(String::as_str)).collect();
-            match ApiKey::try_from(header.request_api_key).unwrap() {
-                ApiKey::Metadata => {
-                    let partitions = [(0, 0, 5)];
-                    let mut response =
-                        metadata(&list, Some(("__transaction_state", &partitions[..])));
-                    for t in &mut response.topics {
-                        for p in &mut t.partitions {
-                            p.replica_nodes =
-                                [0, 1, 2].map(kafka_protocol::messages::BrokerId).to_vec();
-                        }
-                    }
-                    Some(answer(header, &response))
-                }
-                ApiKey::FindCoordinator => Some(answer(
-                    header,
-                    &naming(request(header.request_api_version, body), |_| {
-                        (0, &addrs[0])
-                    }),
-                )),
-                ApiKey::DescribeConfigs => Some(crate::fake::configs(
-                    header,
-                    body,
-                    &[("min.insync.replicas", "2")],
-                )),
-                ApiKey::DescribeTransactions if node == 0 => {
-                    Some(described(header, body, (7, 1), "Empty"))
-                }
-                _ => None,
-            }
-        }) as crate::fake::Script;
-        brokers.push(FakeBroker::start(script).await);
-    }
-    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+    let brokers = four_brokers(|_| (0, 5), |node| (node == 0).then_some((7, 1))).await;
     let mut by_3 = 0;
     for n in 0..24 {
         let client = client(&[&brokers[3].addr]);
@@ -1002,4 +924,56 @@ async fn a_coordinator_short_of_replicas_is_confirmed_by_them_at_once() {
         by_3 += usize::from(brokers[3].requests(ApiKey::Metadata).len() > asked_3 + 1);
     }
     assert!(by_3 > 0, "no confirmation went to broker 3");
+}
+
+/// Four scripted brokers of one cluster, min.insync.replicas 2: id "r"'s
+/// partition of `__transaction_state` is on [0, 1, 2] and broker 3 holds no
+/// replica. Broker `node` names `view(node)` (leader, leader epoch) in
+/// Metadata and that leader in FindCoordinator, and describes `pair(node)`.
+async fn four_brokers(
+    view: impl Fn(usize) -> (i32, i32) + Copy + Send + Sync + 'static,
+    pair: impl Fn(usize) -> Option<(i64, i16)> + Copy + Send + Sync + 'static,
+) -> Vec<FakeBroker> {
+    let addrs: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let mut brokers = Vec::new();
+    for node in 0..4 {
+        let addrs = addrs.clone();
+        let script = Arc::new(move |header: &RequestHeader, body: Bytes| {
+            let addrs = addrs.lock().unwrap().clone();
+            let list: Vec<(i32, &str)> = (0..).zip(addrs.iter().map(String::as_str)).collect();
+            let (leader, epoch) = view(node);
+            match ApiKey::try_from(header.request_api_key).unwrap() {
+                ApiKey::Metadata => {
+                    let partitions = [(0, leader, epoch)];
+                    let topic = Some(("__transaction_state", &partitions[..]));
+                    let mut response = metadata(&list, topic);
+                    for t in &mut response.topics {
+                        for p in &mut t.partitions {
+                            p.replica_nodes =
+                                [0, 1, 2].map(kafka_protocol::messages::BrokerId).to_vec();
+                        }
+                    }
+                    Some(answer(header, &response))
+                }
+                ApiKey::FindCoordinator => Some(answer(
+                    header,
+                    &naming(request(header.request_api_version, body), |_| {
+                        (leader, &addrs[leader as usize])
+                    }),
+                )),
+                ApiKey::DescribeConfigs => Some(crate::fake::configs(
+                    header,
+                    body,
+                    &[("min.insync.replicas", "2")],
+                )),
+                ApiKey::DescribeTransactions => {
+                    pair(node).map(|p| described(header, body, p, "Empty"))
+                }
+                _ => None,
+            }
+        }) as crate::fake::Script;
+        brokers.push(FakeBroker::start(script).await);
+    }
+    *addrs.lock().unwrap() = brokers.iter().map(|b| b.addr.clone()).collect();
+    brokers
 }
