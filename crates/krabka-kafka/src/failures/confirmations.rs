@@ -333,6 +333,66 @@ async fn a_round_waits_for_its_describes_so_the_next_takes_every_batch() {
     );
 }
 
+/// The round loop goes on while a coordinator's checks are ready, whether
+/// or not a confirmation still waits: a lone check of a coordinator the
+/// client knows is sent, and a check queued while that coordinator's
+/// describe is in flight, too few to start a round beside it, goes in the
+/// next round as soon as the describe returns. With the loop going on only
+/// when both held (cargo-mutants, `||` as `&&` in `DescribeQueues::go_on`)
+/// the lone check was never sent (its caller gave up after 8 s); the other
+/// tests' clients had a lookup's confirmation waiting.
+#[tokio::test]
+async fn a_check_goes_in_a_round_whether_or_not_a_confirmation_waits() {
+    let brokers = partition_leaders(3, |_| {
+        Arc::new(|header: &RequestHeader, _: &Bytes| {
+            match header.request_api_key == ApiKey::DescribeTransactions as i16 {
+                true => Duration::from_millis(100),
+                false => Duration::ZERO,
+            }
+        }) as Delay
+    })
+    .await;
+    let client = client(&[&brokers[1].addr]);
+    client.metadata().refresh_metadata(&[]).await.unwrap();
+    let ids: Vec<String> = (0..)
+        .map(|n| format!("role-{n}"))
+        .filter(|id| crate::describe::partition_for(id, 3) == 0)
+        .take(4)
+        .collect();
+    for id in &ids {
+        learn_coordinator(&client, &brokers, id, 0);
+    }
+    let describer = client.describer();
+    let lone = tokio::time::timeout(
+        Duration::from_secs(2),
+        describer.describe_transaction(&ids[0]),
+    );
+    let lone = lone.await.expect("a lone check was not sent");
+    assert_eq!(lone.unwrap().unwrap().producer_epoch, 2);
+    let three =
+        futures::future::join_all(ids[..3].iter().map(|id| describer.describe_transaction(id)));
+    let late = async {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let asked = Instant::now();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(2),
+            describer.describe_transaction(&ids[3]),
+        )
+        .await;
+        (answer, asked.elapsed())
+    };
+    let (answers, (late, took)) = tokio::join!(three, late);
+    for answer in answers {
+        assert_eq!(answer.unwrap().unwrap().producer_epoch, 2);
+    }
+    let late = late.unwrap_or_else(|_| panic!("the queued check was not sent: {took:?}"));
+    assert_eq!(late.unwrap().unwrap().producer_epoch, 2);
+    assert!(
+        took < Duration::from_millis(500),
+        "the queued check took {took:?}"
+    );
+}
+
 #[tokio::test]
 async fn across_a_network_a_check_waits_for_no_round_trip_but_its_own() {
     // Three brokers, each the coordinator of a third of the ids and a
