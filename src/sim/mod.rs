@@ -80,6 +80,10 @@ pub(crate) const REGRESSIONS: &[(u64, &str)] = &[
         "the world's own: a restart on a host where a new cluster's process ran left that process heard by the controller and reached by nobody (a lasting 503, rightly)",
     ),
     (
+        116,
+        "issue 52's fix 3 reverted (an answer confirmed once its process, asked again, names the epoch its confirmation named): broker 1, orders' coordinator, paused past its fencing while 0:1 was minted on the new leader, resumed and elected again 1.8 s later, just after it caught up; a CLI check bootstrapped from it got 0:0 from its stale term, its confirmation, slowed, named broker 1 leader at the new epoch, and broker 1, asked again, named it too: authoritative for 0:0",
+    ),
+    (
         215,
         "the world's own, found by the liveness of views: a second process of node 2 started while the first, of a cluster started after the cut, still heartbeat (Kafka refuses that registration: DUPLICATE_BROKER_REGISTRATION); partition 0's view grew 27 s old after the faults healed, honestly, as the first kept answering for it unconfirmed",
     ),

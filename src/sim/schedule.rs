@@ -471,6 +471,7 @@ pub(super) fn plan(seed: u64) -> Plan {
     // resume, drawn apart so that the rest of a seed's plan is what it was
     // before they were added.
     let mut ctl = StdRng::seed_from_u64(seed ^ 0xc0_471e);
+    let mut aim = StdRng::seed_from_u64(seed ^ 0x00f1_0003);
     let episodes = rng.random_range(2..5);
     for _ in 0..episodes {
         let node = nodes[rng.random_range(0..nodes.len())];
@@ -504,11 +505,32 @@ pub(super) fn plan(seed: u64) -> Plan {
             0 | 1 => {
                 // Past the session timeout (9 s) mostly: the role's
                 // coordinator moves and mints while it sleeps.
-                let d = len(&mut rng, 6_000, 18_000);
-                let lag_ms = rng.random_range(100..3_000);
+                let mut d = len(&mut rng, 6_000, 18_000);
+                let mut lag_ms = rng.random_range(100..3_000);
+                // Issue 52's fix 3 aimed at (a stream of its own): the
+                // role's coordinator paused past its fencing, the role
+                // minted on the new leader, and the paused broker elected
+                // again as soon as it caught up, while a `check`
+                // bootstrapped from it gets its stale term's pair and its
+                // confirmations, slowed on the way to the partition's
+                // other replicas, are answered after that election,
+                // naming the epoch the broker now names too.
+                let aimed = aim.random_bool(0.5)
+                    && nodes.len() > 1
+                    && replicas(role, &nodes)[0] == node
+                    && room >= 16 * SECOND;
+                if aimed {
+                    d = ms(aim.random_range(11_500..13_000));
+                    lag_ms = aim.random_range(1_500..3_000);
+                }
                 at(start, Event::Pause { node });
-                at(start + d.mul_f64(0.8), Event::Init { role });
-                at(start + d, Event::Resume { node, lag_ms });
+                let init = match aimed {
+                    true => start + 10 * SECOND + ms(500),
+                    false => start + d.mul_f64(0.8),
+                };
+                at(init, Event::Init { role });
+                let resumed = start + d;
+                at(resumed, Event::Resume { node, lag_ms });
                 // An election right after the resume: within its session
                 // it is still in the ISR and is elected while it applies
                 // what it missed; fenced, it is unfenced on its first
@@ -516,7 +538,26 @@ pub(super) fn plan(seed: u64) -> Plan {
                 // the moment it has caught up and rejoined the ISR.
                 if ctl.random_bool(0.5) {
                     let after = ctl.random_range(0..=lag_ms + 500);
-                    at(start + d + ms(after), Event::Elect);
+                    at(resumed + ms(after), Event::Elect);
+                }
+                if aimed {
+                    let max_ms = aim.random_range(300..900);
+                    let caught_up = resumed + ms(lag_ms + aim.random_range(50..400));
+                    let fast = (caught_up + 2 * SECOND).min(window_end + SECOND);
+                    for other in replicas(role, &nodes).into_iter().filter(|r| *r != node) {
+                        let from = Side::Cli;
+                        at(
+                            resumed,
+                            Event::Slow {
+                                from,
+                                node: other,
+                                max_ms,
+                            },
+                        );
+                        at(fast, Event::Fast { from, node: other });
+                    }
+                    at(caught_up, Event::Elect);
+                    at(caught_up + ms(300), Event::Elect);
                 }
                 start + d + 3 * SECOND
             }
@@ -795,6 +836,7 @@ mod tests {
         let mut paused = Vec::new();
         let mut failed_over = Vec::new();
         let mut elected_on_resume = Vec::new();
+        let mut aimed = Vec::new();
         for seed in 0..400 {
             let plan = plan(seed);
             for (i, e) in plan.events.iter().enumerate() {
@@ -810,17 +852,33 @@ mod tests {
                         {
                             elected_on_resume.push(seed);
                         }
+                        // Fix 3 aimed at: the `check`'s links slowed from
+                        // the resume on.
+                        if plan.events.iter().any(|f| {
+                            f.at == e.at
+                                && matches!(
+                                    f.event,
+                                    Event::Slow {
+                                        from: Side::Cli,
+                                        ..
+                                    }
+                                )
+                        }) {
+                            aimed.push(seed);
+                        }
                     }
                     _ => {}
                 }
             }
         }
+        aimed.dedup();
         eprintln!(
-            "paused {paused:?}\nfailed over {failed_over:?}\nelected on resume {elected_on_resume:?}"
+            "paused {paused:?}\nfailed over {failed_over:?}\nelected on resume {elected_on_resume:?}\naimed at fix 3 {aimed:?}"
         );
         let episodes = paused.len() + failed_over.len();
         assert!((90..180).contains(&episodes), "{episodes} of 400");
-        for seeds in [&paused, &failed_over, &elected_on_resume] {
+        assert!(aimed.len() >= 20, "{aimed:?}");
+        for seeds in [&paused, &failed_over, &elected_on_resume, &aimed] {
             assert!(
                 seeds.iter().any(|s| *s < super::super::FAST_SEEDS),
                 "none among the fast tier's: {seeds:?}"
