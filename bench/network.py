@@ -59,7 +59,10 @@ NETWORK = "bench-network"
 TOPIC = cl.TOPIC
 DELAYS_MS = [float(x) for x in os.environ.get("BENCH_DELAYS_MS", "0.25,1").split(",") if x]
 RESULTS = TARGET / "bench-network-results.json"
-PROXY = ROOT / "bench/delay-proxy/target/release/delay-proxy"
+# bench/delay-proxy is a project of its own: cargo builds it under
+# CARGO_TARGET_DIR when that is set, else in its own target/.
+PROXY = (Path(os.environ["CARGO_TARGET_DIR"]).absolute() if os.environ.get("CARGO_TARGET_DIR")
+         else ROOT / "bench/delay-proxy/target") / "release/delay-proxy"
 GO_PEER = TARGET / "describe-load-go"
 REPLICAS = [1, 4, 8]
 SCALE_RATE = float(os.environ.get("BENCH_SCALE_RATE", "800"))

@@ -15,7 +15,10 @@
 //! of its partition where there is one) is cut off from it at once: the
 //! two answer from the images they had, each confirming the other. The
 //! controller itself is paused or fails over, and a broker just resumed
-//! may be elected before it applied what it missed.
+//! may be elected before it applied what it missed; now and then a
+//! coordinator paused past its fencing is elected again just after it
+//! caught up, while a `check` bootstrapped from it confirms its stale
+//! term's answer over slowed links (issue 52's fix 3).
 //!
 //! The cluster's shape is drawn too, from a stream of its own (so a seed
 //! of three brokers and no rack draws what it drew before there were
